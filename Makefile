@@ -1,0 +1,39 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both create the virtualenv
+# (.venv) and install what they need; pip's download cache makes reruns fast.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXTRAS ?= dev,cli,sim,pipeline,edge,workers
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m kvcompass demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check kvcompass
+
+typecheck: $(STAMP)
+	$(BIN)/mypy kvcompass
+
+test: lint typecheck
+	$(BIN)/python -m pytest -q
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python bench/index_ops.py --entries 1000000
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
