@@ -87,12 +87,17 @@ class KeyNamespace:
         The fields are length-prefixed, so the header is self-delimiting and distinct
         namespaces can never produce the same (header + tokens) byte string.
         """
-        parts = [HEADER_MAGIC, struct.pack("<BBH", HEADER_VERSION, self.sharing_group is not None, 0)]
+        parts = [
+            HEADER_MAGIC,
+            struct.pack("<BBH", HEADER_VERSION, self.sharing_group is not None, 0),
+        ]
         for text in (self.model_id, self.model_config, self.sharing_group or ""):
             try:
                 raw = text.encode("utf-8")
             except UnicodeEncodeError as exc:
-                raise InvalidInputError(f"namespace field: expected valid UTF-8 text: {exc}") from exc
+                raise InvalidInputError(
+                    f"namespace field: expected valid UTF-8 text: {exc}"
+                ) from exc
             parts.append(struct.pack("<I", len(raw)))
             parts.append(raw)
         header = b"".join(parts)
@@ -133,7 +138,9 @@ def _mix_k2(k2: np.uint64) -> np.uint64:
 
 
 @njit(cache=True, inline="always")
-def _block(h1: np.uint64, h2: np.uint64, k1: np.uint64, k2: np.uint64) -> tuple[np.uint64, np.uint64]:
+def _block(
+    h1: np.uint64, h2: np.uint64, k1: np.uint64, k2: np.uint64
+) -> tuple[np.uint64, np.uint64]:
     h1 ^= _mix_k1(k1)
     h1 = _rotl(h1, 27)
     h1 += h2
@@ -227,44 +234,69 @@ def _keys_batch(
 # Validating wrappers.
 
 
+@njit(cache=True)
+def _first_negative(a: NDArray[np.int32]) -> int:
+    # A branch-free OR of the sign bits vectorises; the index is searched only on failure.
+    acc = np.int32(0)
+    for i in range(a.shape[0]):
+        acc |= a[i]
+    if acc >= 0:
+        return -1
+    for i in range(a.shape[0]):
+        if a[i] < 0:
+            return i
+    return -1
+
+
+@njit(cache=True)
+def _first_bad_length(lens: NDArray[np.int64], max_len: int) -> int:
+    """Index of the first length < 1, > max_len or below its predecessor; -1 if none."""
+    prev = 1
+    for i in range(lens.shape[0]):
+        c = lens[i]
+        if c < prev or c > max_len:
+            return i
+        prev = c
+    return -1
+
+
 def _as_tokens(tokens: object, what: str) -> NDArray[np.int32]:
-    arr = np.asarray(tokens)
+    arr = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
     if arr.ndim != 1:
         raise InvalidInputError(f"{what}: expected a 1-D array of token ids, got shape {arr.shape}")
-    if arr.dtype == np.int32:
-        out = np.ascontiguousarray(arr)
-    elif arr.size == 0 and arr.dtype.kind in "iuf":
-        out = np.zeros(0, dtype=np.int32)
-    elif arr.dtype.kind in "iu":
-        if int(arr.max()) > MAX_TOKEN_ID or int(arr.min()) < 0:
+    if arr.dtype != np.int32:
+        if arr.dtype.kind not in "iu" and arr.size:
+            raise InvalidInputError(
+                f"{what}: expected an integer (int32) array, got dtype {arr.dtype}"
+            )
+        if arr.size and (int(arr.max()) > MAX_TOKEN_ID or int(arr.min()) < 0):
             raise InvalidInputError(
                 f"{what}: expected token ids in [0, {MAX_TOKEN_ID}], "
                 f"got range [{int(arr.min())}, {int(arr.max())}]"
             )
         return np.ascontiguousarray(arr, dtype=np.int32)
-    else:
-        raise InvalidInputError(f"{what}: expected an integer (int32) array, got dtype {arr.dtype}")
-    if out.size and int(out.min()) < 0:
-        raise InvalidInputError(f"{what}: expected non-negative token ids, got {int(out.min())}")
+    out = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+    bad = _first_negative(out)
+    if bad >= 0:
+        raise InvalidInputError(
+            f"{what}: expected non-negative token ids, got {int(out[bad])} at index {bad}"
+        )
     return out
 
 
-def _as_lengths(lengths: object, max_len: int | None) -> NDArray[np.int64]:
-    arr = np.asarray(lengths)
+def _as_lengths(lengths: object, max_len: int) -> NDArray[np.int64]:
+    arr = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise InvalidInputError(
             f"lengths: expected a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}"
         )
     out = np.ascontiguousarray(arr, dtype=np.int64)
-    if out.size == 0:
-        return out
-    if int(out[0]) < 1:
-        raise InvalidInputError(f"lengths: expected every length >= 1, got {int(out[0])}")
-    if out.size > 1 and bool(np.any(np.diff(out) < 0)):
-        raise InvalidInputError(f"lengths: expected ascending (non-decreasing), got {out.tolist()}")
-    if max_len is not None and int(out[-1]) > max_len:
+    bad = _first_bad_length(out, max_len)
+    if bad >= 0:
+        prev = int(out[bad - 1]) if bad else 1
         raise InvalidInputError(
-            f"lengths: expected every length <= len(tokens) = {max_len}, got {int(out[-1])}"
+            f"lengths: expected ascending lengths in [{prev}, {max_len}] at index {bad}, "
+            f"got {int(out[bad])}"
         )
     return out
 
@@ -284,9 +316,7 @@ class PrefixHasher:
         self._h1 = np.uint64(h1)
         self._h2 = np.uint64(h2)
 
-    def keys_at(
-        self, tokens: NDArray[np.int32], lengths: NDArray[np.int64]
-    ) -> NDArray[np.uint64]:
+    def keys_at(self, tokens: NDArray[np.int32], lengths: NDArray[np.int64]) -> NDArray[np.uint64]:
         """Keys of ``tokens[:c]`` for every c in ``lengths`` (ascending, 1 <= c <= len(tokens)).
 
         Raises ``InvalidInputError`` on non-integer or negative token ids, ids above int32,
@@ -327,7 +357,7 @@ class PrefixHasher:
         sizes = np.diff(offs)
         if sizes.size and int(sizes.min()) < 0:
             raise InvalidInputError("offsets: expected non-decreasing offsets, got a decrease")
-        lens = _as_lengths(lengths, None)
+        lens = _as_lengths(lengths, np.iinfo(np.int64).max)
         key_offsets = np.zeros(offs.shape[0], dtype=np.int64)
         np.cumsum(np.searchsorted(lens, sizes, side="right"), out=key_offsets[1:])
         out = np.empty(int(key_offsets[-1]), dtype=np.uint64)

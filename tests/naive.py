@@ -9,8 +9,7 @@ from numpy.typing import NDArray
 # =============================================================================================
 # kvcompass.keys — MurmurHash3 x64-128 prefix keys
 # =============================================================================================
-
-from kvcompass.keys import HASH_SEED, KEY_MASK, KeyNamespace  # noqa: E402
+from kvcompass.keys import HASH_SEED, KEY_MASK, KeyNamespace
 
 
 def keys_at_bytes(
