@@ -1,0 +1,63 @@
+"""Registry of forwarding schemes: name -> class (one scheme per file, vidur-style).
+
+``SCHEMES`` maps the CLI/JSON name to the class; ``ALL`` is the order of ``--schemes all``
+(the paper's six baselines, then KVCompass, then the Oracle). Ablation variants of KVCompass are
+registered under their own names (``kvcompass_no_load_aware`` ...) but are not part of ``all``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from sim.schemes.base import Scheme
+
+# name -> "module:Class"; imported lazily so a missing baseline never breaks the others' import.
+_ENTRIES: dict[str, str] = {
+    "oracle": "sim.schemes.oracle:Oracle",
+    "kvcompass": "sim.schemes.kvcompass:KVCompass",
+    "kvcompass_no_load_aware": "sim.schemes.kvcompass:NoLoadAware",
+    "kvcompass_no_xregion_reuse": "sim.schemes.kvcompass:NoXRegionReuse",
+    "kvcompass_tier_blind": "sim.schemes.kvcompass:TierBlind",
+    "kvcompass_no_migration": "sim.schemes.kvcompass:NoMigration",
+    "consistent_hash": "sim.schemes.consistent_hash:ConsistentHash",
+    "chord": "sim.schemes.chord:Chord",
+    "planetserve": "sim.schemes.planetserve:PlanetServe",
+    "central_directory": "sim.schemes.central_directory:CentralDirectory",
+    "skywalker": "sim.schemes.skywalker:SkyWalker",
+    "dynamo": "sim.schemes.dynamo:Dynamo",
+}
+
+ALL: tuple[str, ...] = (
+    "consistent_hash",
+    "chord",
+    "planetserve",
+    "central_directory",
+    "skywalker",
+    "dynamo",
+    "kvcompass",
+    "oracle",
+)
+
+ABLATIONS: tuple[str, ...] = (
+    "kvcompass",
+    "kvcompass_no_load_aware",
+    "kvcompass_no_xregion_reuse",
+    "kvcompass_tier_blind",
+    "kvcompass_no_migration",
+)
+
+
+def names() -> list[str]:
+    """Every registered scheme name."""
+    return list(_ENTRIES)
+
+
+def get(name: str) -> type[Scheme]:
+    """The scheme class registered as ``name``."""
+    from kvcompass.errors import InvalidInputError
+
+    if name not in _ENTRIES:
+        raise InvalidInputError(f"unknown scheme {name!r}; expected one of {sorted(_ENTRIES)}")
+    module, cls = _ENTRIES[name].split(":")
+    scheme: type[Scheme] = getattr(importlib.import_module(module), cls)
+    return scheme
