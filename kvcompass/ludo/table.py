@@ -1,0 +1,230 @@
+"""The maintenance side of one (table, shard): the sole writer, holding the full 63-bit keys.
+
+Owns: ``LudoTable`` — validating wrappers around the kernels of ``ops.py``, growth into a new
+epoch (2x capacity) and turning the kernels' dirty lists into ``PatchBatch`` images. Must not: do
+I/O, sequence patches (the pipeline numbers them) or keep any state outside ``TableState`` and the
+constructor's seeded generator (determinism: same seed + same ops -> same patches).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kvcompass.errors import InvalidInputError
+from kvcompass.ludo import ops
+from kvcompass.ludo.params import LudoParams
+from kvcompass.ludo.patches import PatchBatch, batch_from_arrays
+from kvcompass.ludo.state import (
+    M_ALLW,
+    M_KICKS,
+    M_LIVE,
+    M_NB,
+    M_NW,
+    M_REBUILDS,
+    TableState,
+    allocate_state,
+)
+from kvcompass.ludo.view import ViewArrays, check_keys
+
+_U64_LIMIT = 1 << 64
+
+
+def _check_u64(name: str, a: object, n: int) -> NDArray[np.uint64]:
+    if not isinstance(a, np.ndarray) or a.dtype != np.uint64 or a.shape != (n,):
+        got = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+        raise InvalidInputError(f"{name}: expected uint64 of shape ({n},), got {got}")
+    return np.ascontiguousarray(a)
+
+
+class LudoTable:
+    """Keyed Ludo table of one (table, shard); every mutating call returns its ``PatchBatch``."""
+
+    __slots__ = ("_capacity", "_fp_bits", "_grow_at", "_params", "_rng", "_st", "_value_bits")
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        value_bits: int = 32,
+        fp_bits: int = 8,
+        seed: int = 0,
+        grow_at: float = 0.95,
+    ) -> None:
+        if not isinstance(capacity, int | np.integer) or capacity < 1:
+            raise InvalidInputError(f"capacity: expected an int >= 1, got {capacity!r}")
+        if not isinstance(seed, int | np.integer) or seed < 0:
+            raise InvalidInputError(f"seed: expected an int >= 0, got {seed!r}")
+        if not 0.0 < float(grow_at) <= 1.0:
+            raise InvalidInputError(f"grow_at: expected 0 < grow_at <= 1, got {grow_at!r}")
+        self._rng = np.random.Generator(np.random.PCG64(int(seed)))
+        self._grow_at = float(grow_at)
+        self._value_bits = value_bits
+        self._fp_bits = fp_bits
+        self._st, self._params = self._allocate(int(capacity), 0)
+        self._capacity = int(capacity)
+
+    def _allocate(self, capacity: int, epoch: int) -> tuple[TableState, LudoParams]:
+        params = LudoParams.for_capacity(
+            capacity,
+            value_bits=self._value_bits,
+            fp_bits=self._fp_bits,
+            rng=self._rng,
+            epoch=epoch,
+        )
+        max_live = math.floor(self._grow_at * params.n_slots)
+        rng_seed = int(self._rng.integers(0, _U64_LIMIT, dtype=np.uint64))
+        return allocate_state(params, max_live, rng_seed), params
+
+    @property
+    def params(self) -> LudoParams:
+        """Current sizes and seeds (changes on growth and on a locator rebuild)."""
+        return self._params
+
+    @property
+    def epoch(self) -> int:
+        """Growth generation of this (table, shard)."""
+        return self._params.epoch
+
+    @property
+    def capacity(self) -> int:
+        """Keys the current epoch was sized for (grows 2x per epoch)."""
+        return self._capacity
+
+    def __len__(self) -> int:
+        return int(self._st.meta[M_LIVE])
+
+    @property
+    def occupancy(self) -> float:
+        """Live keys per slot, ``len / (4 * n_buckets)``."""
+        return len(self) / self._params.n_slots
+
+    def stats(self) -> dict[str, int]:
+        """Counters since this epoch began: locator rebuilds and cuckoo moves."""
+        m = self._st.meta
+        return {"locator_rebuilds": int(m[M_REBUILDS]), "cuckoo_moves": int(m[M_KICKS])}
+
+    def update(
+        self,
+        keys: NDArray[np.uint64],
+        clear_masks: NDArray[np.uint64],
+        set_bits: NDArray[np.uint64],
+    ) -> PatchBatch:
+        """Per key, in order: ``v' = (v & ~clear) | set``; 0 removes, absent + non-zero inserts.
+
+        Returns the last image of every bucket and locator word touched; a full image of the new
+        epoch if the table grew (``header`` and ``commit`` set).
+        """
+        keys = check_keys(keys)
+        n = keys.shape[0]
+        clears = _check_u64("clear_masks", clear_masks, n)
+        sets = _check_u64("set_bits", set_bits, n)
+        if self._value_bits == 32 and n and int(sets.max()) >> 32:
+            raise InvalidInputError(
+                f"set_bits: expected values < 2**32 for a 32-bit table, got {int(sets.max())}"
+            )
+        status, i = ops.update_batch(self._st, keys, clears, sets, 0)
+        grown = False
+        base_epoch = self._params.epoch
+        while status != ops.OK:
+            self._grow(base_epoch + 1)
+            grown = True
+            start = i + 1 if status == ops.LOCATOR else i
+            status, i = ops.update_batch(self._st, keys, clears, sets, start)
+        return self._emit(full=grown)
+
+    def clear_bits(self, mask: int) -> PatchBatch:
+        """Every entry: ``v &= ~mask``; entries whose value becomes 0 are removed."""
+        if not isinstance(mask, int | np.integer) or not 0 <= int(mask) < _U64_LIMIT:
+            raise InvalidInputError(f"mask: expected an int in [0, 2**64), got {mask!r}")
+        ops.clear_all(self._st, np.uint64(mask))
+        return self._emit(full=False)
+
+    def get(self, keys: NDArray[np.uint64]) -> NDArray[np.uint64]:
+        """Exact values for ``keys`` (0 = absent)."""
+        keys = check_keys(keys)
+        out = np.empty(keys.shape[0], np.uint64)
+        ops.get_batch(self._st, keys, out)
+        return out
+
+    def items(self) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+        """All live ``(keys, values)``, in slot order."""
+        st = self._st
+        occ = np.flatnonzero(st.sentry >= 0)
+        if self._params.value_words == 1:
+            vals = st.values[occ].astype(np.uint64)
+        else:
+            halves = st.values.reshape(-1, 2)[occ].astype(np.uint64)
+            vals = halves[:, 0] | (halves[:, 1] << np.uint64(32))
+        return st.skeys[occ].copy(), vals
+
+    def full_image(self) -> PatchBatch:
+        """Header + every bucket + every word + commit: a complete bootstrap of this epoch."""
+        p = self._params
+        st = self._st
+        return batch_from_arrays(
+            p,
+            st.seeds,
+            st.values,
+            st.fps,
+            st.locator,
+            np.arange(p.n_buckets, dtype=np.int64),
+            np.arange(p.n_locator_words, dtype=np.int64),
+            header=True,
+            commit=True,
+        )
+
+    def view_arrays(self) -> ViewArrays:
+        """The table's own view-layout arrays (shared: read-only use)."""
+        st = self._st
+        return ViewArrays(seeds=st.seeds, values=st.values, fps=st.fps, locator=st.locator)
+
+    def _grow(self, epoch: int) -> None:
+        """Rebuild all live keys into a table of 2x capacity (again 2x until they all fit)."""
+        keys, vals = self.items()
+        capacity = self._capacity
+        while True:
+            capacity *= 2
+            st, params = self._allocate(capacity, epoch)
+            status, _ = ops.update_batch(st, keys, np.zeros_like(vals), vals, 0)
+            if status == ops.OK:
+                break
+        self._st, self._params, self._capacity = st, params, capacity
+        self._reset_dirty()
+
+    def _reset_dirty(self) -> None:
+        st = self._st
+        st.bdirty[st.blist[: st.meta[M_NB]]] = 0
+        st.wdirty[st.wlist[: st.meta[M_NW]]] = 0
+        st.meta[M_NB] = 0
+        st.meta[M_NW] = 0
+        st.meta[M_ALLW] = 0
+
+    def _emit(self, *, full: bool) -> PatchBatch:
+        st = self._st
+        if full:
+            self._reset_dirty()
+            return self.full_image()
+        header = bool(st.meta[M_ALLW])
+        if header:
+            self._params = LudoParams.from_array(st.params.copy())
+            words = np.arange(self._params.n_locator_words, dtype=np.int64)
+        else:
+            words = np.sort(st.wlist[: st.meta[M_NW]]).astype(np.int64)
+        buckets = np.sort(st.blist[: st.meta[M_NB]]).astype(np.int64)
+        self._reset_dirty()
+        if not header and buckets.shape[0] == 0 and words.shape[0] == 0:
+            return PatchBatch.empty(self._params)
+        return batch_from_arrays(
+            self._params,
+            st.seeds,
+            st.values,
+            st.fps,
+            st.locator,
+            buckets,
+            words,
+            header=header,
+            commit=False,
+        )
