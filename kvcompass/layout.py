@@ -45,7 +45,9 @@ class TableLayout:
         worker_field = np.full(self.n_workers, -1, dtype=np.int64)
         width = max((len(ws) for ws in self.table_workers), default=0)
         field_workers = np.full((n_tables, max(width, 1)), -1, dtype=np.int64)
-        for t, (bits, workers) in enumerate(zip(self.table_value_bits, self.table_workers, strict=True)):
+        for t, (bits, workers) in enumerate(
+            zip(self.table_value_bits, self.table_workers, strict=True)
+        ):
             if bits not in (32, 64):
                 raise ConfigError(f"table {t}: value bits must be 32 or 64, got {bits}")
             if not 0 < len(workers) <= bits // FIELD_BITS:

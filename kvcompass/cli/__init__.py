@@ -1,1 +1,4 @@
-"""Subcommands of the `kvcompass` CLI; each module registers one command and imports its shell lazily."""
+"""Subcommands of the `kvcompass` CLI.
+
+Each module registers one command and imports its shell lazily.
+"""
