@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import (
     Deployment,
     Region,
@@ -162,3 +164,18 @@ def test_builtin_128x16__reuses_the_64x8_matrix_for_shared_regions() -> None:
     d128 = builtin_deployment("paper-128x16")
     idx = [d128.region_index(n) for n in ("us-east", "cn", "de", "jp", "sg", "uk", "kr", "au")]
     assert np.array_equal(d128.wan_matrix_ms[np.ix_(idx, idx)], d64.wan_matrix_ms)
+
+
+def test_load_deployment__by_name_or_path(tmp_path: Path) -> None:
+    assert load_deployment("paper-na-11x4") == builtin_deployment("paper-na-11x4")
+    p = tmp_path / "site.toml"
+    p.write_text(
+        'name = "site"\nwan_one_way_ms = [[0]]\n'
+        '[[regions]]\nname = "x"\nn_workers = 1\nprefill_ms_per_token = 0.1\n'
+    )
+    assert load_deployment(p).name == "site"
+    assert load_deployment(str(p)).n_workers == 1
+    with pytest.raises(ConfigError, match="readable"):
+        load_deployment(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="built-in name"):
+        load_deployment("no-such-deployment")
