@@ -1,0 +1,205 @@
+"""The edge's per-worker queue estimates Tq(r) and the broadcast-suppression rule (paper §3.4).
+
+Owns: the estimate of every worker's queueing delay as seen from one edge (origin region o),
+when each was last refreshed, since when it has been at zero (for migration targets), and the
+herding-guard work this edge forwarded since each refresh. It must not talk to anything: the
+shell feeds it readings and asks ``broadcast_targets`` whom to send its own vector to.
+
+Refresh channels
+- Local region: read live (``set_local``): the reading replaces the estimate.
+- Remote regions: vectors piggybacked on cross-region responses and periodic broadcasts
+  (every Δ) are folded in with an EWMA of weight w: ``q ← (1-w)·q + w·sample``. A worker never
+  heard from takes its first sample as is; before that its estimate is 0 (optimistic: a new
+  region gets tried, and its first response carries a real vector) and its staleness is +inf.
+
+Herding guard (beyond the paper): between refreshes the estimate of r does not see the
+requests this edge itself just sent to r, so a burst would pile onto one stale-idle worker.
+``on_forward`` adds each forward's predicted prefill time to ``pending_ms[r]``; any refresh of
+r zeroes it, since the fresh reading includes that work. Known approximation: a remote reading
+taken before in-flight forwards reached r also zeroes them (under-counts by at most one RTT of
+this edge's own traffic to r).
+
+The arrays may be views into the Router's packed score state (rows of one matrix), so the
+score kernel reads them without copying; this class only ever writes them in place.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kvcompass.errors import InvalidInputError
+from kvcompass.router.config import RouterConfig
+
+
+def broadcast_targets(
+    own_region: int,
+    last_piggyback_sent_ms: NDArray[np.float64],
+    now_ms: float,
+    period_ms: float,
+) -> NDArray[np.int64]:
+    """Regions that ``own_region``'s periodic broadcast at ``now_ms`` should go to.
+
+    Every region except ``own_region``, minus those that received a piggybacked vector from
+    ``own_region`` less than ``period_ms`` ago (``now - last < period``: suppressed; a region
+    last reached exactly one period ago, or never (-inf), gets the broadcast).
+    """
+    if last_piggyback_sent_ms.ndim != 1 or not 0 <= own_region < last_piggyback_sent_ms.shape[0]:
+        raise InvalidInputError(
+            f"expected own_region in [0, {last_piggyback_sent_ms.shape[0]}) and a 1-d vector, "
+            f"got {own_region} and shape {last_piggyback_sent_ms.shape}"
+        )
+    due = (now_ms - last_piggyback_sent_ms) >= period_ms
+    due[own_region] = False
+    return np.flatnonzero(due).astype(np.int64)
+
+
+class BroadcastSchedule:
+    """Sender side: remembers when this region last piggybacked its vector to each region."""
+
+    __slots__ = ("last_piggyback_sent_ms", "own_region", "period_ms")
+
+    def __init__(self, own_region: int, n_regions: int, period_ms: float) -> None:
+        if not 0 <= own_region < n_regions:
+            raise InvalidInputError(f"expected own_region in [0, {n_regions}), got {own_region}")
+        self.own_region = own_region
+        self.period_ms = period_ms
+        self.last_piggyback_sent_ms = np.full(n_regions, -np.inf)
+
+    def note_piggyback(self, dest_region: int, now_ms: float) -> None:
+        """A response carrying this region's vector left for ``dest_region`` at ``now_ms``."""
+        self.last_piggyback_sent_ms[dest_region] = now_ms
+
+    def targets(self, now_ms: float) -> NDArray[np.int64]:
+        """Whom the broadcast due at ``now_ms`` goes to (see ``broadcast_targets``)."""
+        return broadcast_targets(
+            self.own_region, self.last_piggyback_sent_ms, now_ms, self.period_ms
+        )
+
+
+class QueueView:
+    """Per-worker Tq estimates of one edge, with staleness and idleness tracking."""
+
+    __slots__ = (
+        "_config",
+        "_local_ids",
+        "idle_since_ms",
+        "n_regions",
+        "origin",
+        "pending_ms",
+        "queue_ms",
+        "refreshed_ms",
+        "region_refreshed_ms",
+        "worker_region",
+    )
+
+    def __init__(
+        self,
+        worker_region: NDArray[np.int64],
+        origin: int,
+        n_regions: int,
+        config: RouterConfig,
+        queue_ms: NDArray[np.float64] | None = None,
+        pending_ms: NDArray[np.float64] | None = None,
+    ) -> None:
+        """``queue_ms``/``pending_ms``: optional (W,) float64 buffers to own (zeroed here)."""
+        n = worker_region.shape[0]
+        if not 0 <= origin < n_regions:
+            raise InvalidInputError(f"expected origin in [0, {n_regions}), got {origin}")
+        self.worker_region = worker_region
+        self.n_regions = n_regions
+        self.origin = origin
+        self._config = config
+        self._local_ids = np.flatnonzero(worker_region == origin).astype(np.int64)
+        self.queue_ms = np.zeros(n) if queue_ms is None else queue_ms
+        self.pending_ms = np.zeros(n) if pending_ms is None else pending_ms
+        for name, buf in (("queue_ms", self.queue_ms), ("pending_ms", self.pending_ms)):
+            if buf.shape != (n,) or buf.dtype != np.float64:
+                raise InvalidInputError(f"expected {name} float64 ({n},), got {buf.shape}")
+            buf[:] = 0.0
+        self.refreshed_ms = np.full(n, -np.inf)
+        self.idle_since_ms = np.full(n, np.inf)
+        self.region_refreshed_ms = np.full(n_regions, -np.inf)
+
+    @property
+    def local_workers(self) -> NDArray[np.int64]:
+        """Ids of the workers in the edge's own region, in the order ``set_local`` expects."""
+        return self._local_ids
+
+    def set_local(self, queue_ms: NDArray[np.float64], now_ms: float) -> None:
+        """Live readings for the local workers (in ``local_workers`` order) replace estimates."""
+        values = _check_values(queue_ms, self._local_ids.shape[0], "local queue_ms")
+        self._refresh(self._local_ids, values, now_ms)
+        self.region_refreshed_ms[self.origin] = now_ms
+
+    def on_vector(
+        self,
+        region: int,
+        worker_ids: NDArray[np.int64],
+        queue_ms: NDArray[np.float64],
+        now_ms: float,
+    ) -> None:
+        """Fold in a piggybacked or broadcast vector of ``region`` (EWMA; live if local)."""
+        if not 0 <= region < self.region_refreshed_ms.shape[0]:
+            raise InvalidInputError(
+                f"expected region in [0, {self.region_refreshed_ms.shape[0]}), got {region}"
+            )
+        ids = np.asarray(worker_ids, dtype=np.int64)
+        values = _check_values(queue_ms, ids.shape[0], f"queue vector of region {region}")
+        n = self.worker_region.shape[0]
+        if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= n)):
+            raise InvalidInputError(f"expected worker ids in [0, {n}), got {ids.tolist()}")
+        if ids.size and np.any(self.worker_region[ids] != region):
+            raise InvalidInputError(
+                f"expected workers of region {region}, got regions "
+                f"{self.worker_region[ids].tolist()} for ids {ids.tolist()}"
+            )
+        if region != self.origin:
+            w = self._config.queue_ewma_weight
+            old = self.queue_ms[ids]
+            values = np.where(
+                np.isfinite(self.refreshed_ms[ids]), (1 - w) * old + w * values, values
+            )
+        self._refresh(ids, values, now_ms)
+        self.region_refreshed_ms[region] = now_ms
+
+    def on_forward(self, worker: int, predicted_ms: float, now_ms: float) -> None:
+        """This edge sent ``predicted_ms`` of prefill work to ``worker`` at ``now_ms``."""
+        if not (math.isfinite(predicted_ms) and predicted_ms >= 0):
+            raise InvalidInputError(f"expected predicted_ms finite >= 0, got {predicted_ms}")
+        self.pending_ms[worker] += predicted_ms
+        self.idle_since_ms[worker] = np.inf
+
+    def staleness_ms(self, now_ms: float) -> NDArray[np.float64]:
+        """(W,) time since each worker's estimate was refreshed; +inf if never."""
+        return now_ms - self.refreshed_ms
+
+    def region_staleness_ms(self, now_ms: float) -> NDArray[np.float64]:
+        """(R,) time since any vector (live, piggyback or broadcast) of each region arrived."""
+        return now_ms - self.region_refreshed_ms
+
+    def persistently_idle(self, now_ms: float) -> NDArray[np.bool_]:
+        """(W,) estimate at zero, nothing forwarded since, for at least migration_idle_min_ms."""
+        eps = self._config.idle_queue_eps_ms
+        at_zero = self.queue_ms + self.pending_ms <= eps
+        return at_zero & (self.idle_since_ms <= now_ms - self._config.migration_idle_min_ms)
+
+    def _refresh(self, ids: NDArray[np.int64], values: NDArray[np.float64], now_ms: float) -> None:
+        self.queue_ms[ids] = values
+        self.pending_ms[ids] = 0.0
+        self.refreshed_ms[ids] = now_ms
+        idle = values <= self._config.idle_queue_eps_ms
+        self.idle_since_ms[ids] = np.where(
+            idle, np.minimum(self.idle_since_ms[ids], now_ms), np.inf
+        )
+
+
+def _check_values(values: NDArray[np.float64], n: int, what: str) -> NDArray[np.float64]:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.shape != (n,):
+        raise InvalidInputError(f"expected {what} of shape ({n},), got {arr.shape}")
+    if not np.all(np.isfinite(arr)) or (arr.size and arr.min() < 0):
+        raise InvalidInputError(f"expected {what} finite and >= 0, got {arr.tolist()}")
+    return arr
