@@ -24,6 +24,21 @@ def keys_at_bytes(
     ]
 
 
+def first_negative(a: NDArray[np.int32]) -> int:
+    """Twin of ``keys._first_negative``: index of the first negative token id, -1 if none."""
+    return next((i for i, v in enumerate(a.tolist()) if v < 0), -1)
+
+
+def first_bad_length(lens: NDArray[np.int64], max_len: int) -> int:
+    """Twin of ``keys._first_bad_length``: first length < 1, > max_len or below its predecessor."""
+    prev = 1
+    for i, c in enumerate(lens.tolist()):
+        if c < prev or c > max_len:
+            return i
+        prev = c
+    return -1
+
+
 def keys_at_mmh3_hasher(
     namespace: KeyNamespace, tokens: NDArray[np.int32], lengths: NDArray[np.int64]
 ) -> list[int]:
@@ -42,3 +57,128 @@ def keys_at_mmh3_hasher(
         fed = end
         keys.append(int(hasher.uintdigest()) & KEY_MASK)
     return keys
+
+
+# =============================================================================================
+# kvcompass.ludo — hashes, keyless lookup, a dict-based reference table, table invariants
+# =============================================================================================
+from kvcompass.ludo import LudoParams, LudoTable, ViewArrays  # noqa: E402
+
+MASK64 = (1 << 64) - 1
+
+
+def ludo_mix64(key: int, seed: int) -> int:
+    """splitmix64-style finaliser of ``(key ^ seed) * golden``, in plain Python ints."""
+    z = ((key ^ seed) * 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def ludo_reduce32(x: int, n: int) -> int:
+    return (x * n) >> 32
+
+
+def ludo_bucket_pair(key: int, bucket_seed: int, n_buckets: int) -> tuple[int, int]:
+    h = ludo_mix64(key, bucket_seed)
+    return ludo_reduce32(h & 0xFFFFFFFF, n_buckets), ludo_reduce32(h >> 32, n_buckets)
+
+
+def ludo_locator_cells(key: int, locator_seed: int, ma: int, mb: int) -> tuple[int, int]:
+    g = ludo_mix64(key, locator_seed)
+    return ludo_reduce32(g & 0xFFFFFFFF, ma), ma + ludo_reduce32(g >> 32, mb)
+
+
+def ludo_slot_of(key: int, slot_seed: int, seed8: int) -> int:
+    s = slot_seed ^ (((seed8 + 1) * 0xD1B54A32D192ED03) & MASK64)
+    return ludo_mix64(key, s) >> 62
+
+
+def ludo_fingerprint(key: int, fp_seed: int, fp_bits: int) -> int:
+    return 0 if fp_bits == 0 else ludo_mix64(key, fp_seed) >> (64 - fp_bits)
+
+
+def ludo_position(params: LudoParams, arrays: ViewArrays, key: int) -> int:
+    """Slot position (bucket*4 + slot) a keyless lookup of ``key`` reads."""
+    b0, b1 = ludo_bucket_pair(key, params.bucket_seed, params.n_buckets)
+    ca, cb = ludo_locator_cells(
+        key, params.locator_seed, params.locator_a_cells, params.locator_b_cells
+    )
+    loc = [int(w) for w in (arrays.locator[ca >> 6], arrays.locator[cb >> 6])]
+    bit = ((loc[0] >> (ca & 63)) ^ (loc[1] >> (cb & 63))) & 1
+    bucket = b1 if bit else b0
+    return bucket * 4 + ludo_slot_of(key, params.slot_seed, int(arrays.seeds[bucket]))
+
+
+def naive_lookup(params: LudoParams, arrays: ViewArrays, key: int) -> int:
+    """Pure-Python keyless lookup over ``ViewArrays`` (0 = no holder)."""
+    pos = ludo_position(params, arrays, key)
+    fb = params.fp_bytes
+    if fb:
+        stored = sum(int(arrays.fps[pos * fb + i]) << (8 * i) for i in range(fb))
+        if stored != ludo_fingerprint(key, params.fp_seed, params.fp_bits):
+            return 0
+    vw = params.value_words
+    return sum(int(arrays.values[pos * vw + i]) << (32 * i) for i in range(vw))
+
+
+class NaiveLudoTable:
+    """The semantics of ``LudoTable.update``/``clear_bits``/``get`` with a dict."""
+
+    def __init__(self) -> None:
+        self.d: dict[int, int] = {}
+
+    def update(
+        self, keys: NDArray[np.uint64], clears: NDArray[np.uint64], sets: NDArray[np.uint64]
+    ) -> None:
+        for k, c, s in zip(keys.tolist(), clears.tolist(), sets.tolist(), strict=True):
+            v = (self.d.get(k, 0) & ~c & MASK64) | s
+            if v:
+                self.d[k] = v
+            else:
+                self.d.pop(k, None)
+
+    def clear_bits(self, mask: int) -> None:
+        self.d = {k: v & ~mask for k, v in self.d.items() if v & ~mask}
+
+    def get(self, keys: NDArray[np.uint64]) -> list[int]:
+        return [self.d.get(k, 0) for k in keys.tolist()]
+
+
+def ludo_table_invariants(table: LudoTable) -> list[str]:
+    """Every structural invariant of the maintenance table, checked slowly; returns violations."""
+    st = table._st  # test-only access to the kernels' arrays
+    p = table.params
+    arrays = table.view_arrays()
+    bad: list[str] = []
+    n_live = 0
+    for pos in range(p.n_slots):
+        e = int(st.sentry[pos])
+        vw = p.value_words
+        value = sum(int(arrays.values[pos * vw + i]) << (32 * i) for i in range(vw))
+        if e < 0:
+            if value != 0:
+                bad.append(f"empty slot {pos} has value {value}")
+            continue
+        n_live += 1
+        key = int(st.skeys[pos])
+        b = pos >> 2
+        b0, b1 = ludo_bucket_pair(key, p.bucket_seed, p.n_buckets)
+        if b not in (b0, b1):
+            bad.append(f"key {key} in bucket {b}, candidates {b0},{b1}")
+        if ludo_slot_of(key, p.slot_seed, int(arrays.seeds[b])) != pos & 3:
+            bad.append(f"key {key} at slot {pos & 3}, seed says otherwise")
+        if value == 0:
+            bad.append(f"live key {key} has value 0")
+        if int(st.epos[e]) != pos:
+            bad.append(f"entry {e} epos {int(st.epos[e])} != {pos}")
+        if naive_lookup(p, arrays, key) != value:
+            bad.append(f"keyless lookup of live key {key} != {value}")
+        a, c = ludo_locator_cells(key, p.locator_seed, p.locator_a_cells, p.locator_b_cells)
+        if (int(st.ea[e]), int(st.eb[e])) != (a, c):
+            bad.append(f"entry {e} endpoints stale")
+        if int(st.comp[a]) != int(st.comp[c]):
+            bad.append(f"entry {e} endpoints in different components")
+    if n_live != len(table):
+        bad.append(f"{n_live} occupied slots but len {len(table)}")
+    return bad

@@ -12,8 +12,15 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from kvcompass.errors import InvalidInputError
-from kvcompass.keys import KEY_MASK, KeyNamespace, PrefixHasher, prompt_key
-from tests.naive import keys_at_bytes, keys_at_mmh3_hasher
+from kvcompass.keys import (
+    KEY_MASK,
+    KeyNamespace,
+    PrefixHasher,
+    _first_bad_length,
+    _first_negative,
+    prompt_key,
+)
+from tests.naive import first_bad_length, first_negative, keys_at_bytes, keys_at_mmh3_hasher
 
 NS = KeyNamespace("meta-llama/Llama-3.1-8B-Instruct", "bf16;tp=1")
 
@@ -166,3 +173,16 @@ def test_prompt_key__rejects_length_out_of_range() -> None:
 def test_namespace__rejects_bad_fields(bad: tuple[object, ...]) -> None:
     with pytest.raises(InvalidInputError, match="expected"):
         KeyNamespace(*bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    hnp.arrays(np.int32, st.integers(0, 64), elements=st.integers(-3, 3)),
+    hnp.arrays(np.int64, st.integers(0, 12), elements=st.integers(-2, 40)),
+    st.integers(0, 40),
+)
+def test_validation_kernels__equal_naive_twins(
+    toks: np.ndarray, lens: np.ndarray, max_len: int
+) -> None:
+    assert _first_negative(toks) == first_negative(toks)
+    assert _first_bad_length(lens, max_len) == first_bad_length(lens, max_len)
