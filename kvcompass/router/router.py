@@ -10,13 +10,13 @@ Per request:  ``choose`` → (forward) ``on_forward`` → ``observe`` (hot prefi
 per response: ``on_response`` (belief + piggybacked queue vector);
 asynchronously: ``set_local_queues`` (live local readings), ``on_broadcast``.
 
-It takes plain arrays so that it imports neither the deployment nor the level computation;
+It takes plain arrays and imports the deployment and level modules for annotations only;
 ``from_deployment`` is the convenience constructor for code that has those objects.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,6 +28,10 @@ from kvcompass.router.config import RouterConfig
 from kvcompass.router.decision import Decision
 from kvcompass.router.hot_prefix import HotPrefixTracker, MigrationRequest
 from kvcompass.router.queue_view import QueueView
+
+if TYPE_CHECKING:  # annotations only: the router works on plain arrays
+    from kvcompass.deployment import Deployment
+    from kvcompass.levels import Levels
 
 QueueVector = tuple[int, NDArray[np.int64] | list[int], NDArray[np.float64] | list[float]]
 """(region, worker ids, queue ms): a region's per-worker queue vector as carried on the wire."""
@@ -107,26 +111,22 @@ class Router:
 
     @classmethod
     def from_deployment(
-        cls, deployment: Any, levels: Any, origin: int, config: RouterConfig | None = None
+        cls,
+        deployment: Deployment,
+        levels: Levels,
+        origin: int,
+        config: RouterConfig | None = None,
     ) -> Router:
-        """Build from ``kvcompass.deployment.Deployment`` and ``kvcompass.levels.Levels``.
+        """Build the router of the edge in region ``origin`` from a deployment and its levels.
 
-        Duck-typed (``worker_region``, ``regions[i].prefill_ms_per_token``, ``rtt_ms(o, r)``,
-        ``levels.n1(o, r)``) so this module stays free of those imports.
+        β per worker is its region's ``prefill_ms_per_token``; WAN is ``deployment.rtt_ms``
+        (2 × one-way); n1 is ``levels.n1_matrix``.
         """
         wr = np.asarray(deployment.worker_region, dtype=np.int64)
-        n_regions = int(deployment.n_regions)
-        per_region = np.array(
-            [float(r.prefill_ms_per_token) for r in deployment.regions], dtype=np.float64
-        )
-        rtt = np.array(
-            [[float(deployment.rtt_ms(o, r)) for r in range(n_regions)] for o in range(n_regions)]
-        )
-        n1 = np.array(
-            [[int(levels.n1(o, r)) for r in range(n_regions)] for o in range(n_regions)],
-            dtype=np.int64,
-        )
-        return cls(origin, wr, per_region[wr], rtt, n1, config)
+        rtt = 2.0 * np.asarray(deployment.wan_matrix_ms, dtype=np.float64)
+        beta = np.asarray(deployment.prefill_ms_per_token, dtype=np.float64)[wr]
+        n1 = np.asarray(levels.n1_matrix, dtype=np.int64)
+        return cls(origin, wr, beta, rtt, n1, config)
 
     def choose(
         self,
