@@ -27,6 +27,9 @@ from kvcompass.ludo.kernels import lookup_key
 
 Allocator = Callable[[int, int, LudoParams], ViewArrays]
 """(table, shard, params) -> zeroed ViewArrays for a new epoch (memory or a mapped file)."""
+ParamsHook = Callable[[int, int, LudoParams, bool], None]
+"""(table, shard, params, committed) called when a view adopts new params: a new epoch became the
+served view (committed=True), or a served epoch's seeds changed in place (locator rebuild)."""
 
 
 def _memory_allocator(table: int, shard: int, params: LudoParams) -> ViewArrays:
@@ -117,6 +120,7 @@ class IndexView:
         n_shards: int,
         *,
         allocator: Allocator = _memory_allocator,
+        on_params: ParamsHook | None = None,
         monotone: bool = True,
     ) -> None:
         lm = np.asarray(levels_matrix, dtype=np.int64)
@@ -129,6 +133,7 @@ class IndexView:
         self.n_shards = n_shards
         self.monotone = monotone
         self._allocator = allocator
+        self._on_params = on_params
         self._levels = lm
         n_views = layout.n_tables * n_shards
         placeholder = LudoView.empty(LudoParams.for_capacity(4, rng=np.random.default_rng(0)))
@@ -177,6 +182,8 @@ class IndexView:
             current.apply(batch)
             if batch.header:
                 self._params[vid] = current.params.to_array()
+                if self._on_params is not None:
+                    self._on_params(patch.table, patch.shard, current.params, False)
             return decision
         target = self.pending.get(vid)
         if target is None or target.params.epoch != epoch:
@@ -189,10 +196,19 @@ class IndexView:
         target.apply(batch)
         if batch.commit:
             del self.pending[vid]
-            self.views[vid] = target
-            self.present[vid] = True
-            self._rebuild_lists()
+            self.install(patch.table, patch.shard, target)
+            if self._on_params is not None:
+                self._on_params(patch.table, patch.shard, target.params, True)
         return decision
+
+    def install(self, table: int, shard: int, view: LudoView, last_seq: int | None = None) -> None:
+        """Serve ``view`` for (table, shard) — a committed epoch, or one restored from a file."""
+        vid = table * self.n_shards + shard
+        self.views[vid] = view
+        self.present[vid] = True
+        if last_seq is not None:
+            self.last_seq[shard] = max(int(self.last_seq[shard]), last_seq)
+        self._rebuild_lists()
 
     def params_for(self, table: int, shard: int, epoch: int) -> LudoParams | None:
         """Params of a served or pending epoch (what a record reassembler needs on resume)."""

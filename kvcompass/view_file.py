@@ -108,6 +108,14 @@ class ViewFile:
         self._raw[_SEQ_AT : _SEQ_AT + 8].view(np.int64)[0] = last_seq
         self._raw[_OFFSET_AT : _OFFSET_AT + 8].view(np.int64)[0] = consumer_offset
 
+    def set_params(self, params: LudoParams) -> None:
+        """Rewrite the header's parameters (same epoch and sizes: a locator rebuild's new seeds)."""
+        if sections_for(params) != sections_for(self.params) or params.epoch != self.params.epoch:
+            raise ViewFileError(f"{self.path}: new params must keep epoch and sizes")
+        words = params.to_array().astype("<u8")
+        self._raw[32 : 32 + 8 * words.size] = np.frombuffer(words.tobytes(), dtype=np.uint8)
+        self.params = params
+
     def mark_committed(self) -> None:
         flags = self._raw[_FLAGS_AT : _FLAGS_AT + 4].view(np.uint32)
         flags[0] = flags[0] | np.uint32(FLAG_COMMITTED)
@@ -185,3 +193,62 @@ def open_view(path: Path) -> ViewFile:
 def reopen_arrays(vf: ViewFile) -> NDArray[np.uint8]:
     """The raw bytes of a view (for comparing two views byte for byte in tests and replay)."""
     return np.asarray(vf._raw)
+
+
+class ViewStore:
+    """The view files of one edge host: allocation, commit marks, progress, restore.
+
+    Plug ``allocate`` and ``adopt`` into ``IndexView(allocator=..., on_params=...)``. The shell
+    deletes the paths ``superseded`` returns (the core does not delete files).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.files: dict[tuple[int, int, int], ViewFile] = {}
+
+    def allocate(self, table: int, shard: int, params: LudoParams) -> ViewArrays:
+        vf = create(self.directory, table, shard, params)
+        self.files[(table, shard, params.epoch)] = vf
+        return vf.arrays
+
+    def adopt(self, table: int, shard: int, params: LudoParams, committed: bool) -> None:
+        """A view took new params: mark a new epoch committed, or store new seeds in place."""
+        vf = self.files[(table, shard, params.epoch)]
+        vf.flush()
+        vf.set_params(params)
+        if committed:
+            vf.mark_committed()
+        vf.flush()
+
+    def superseded(self) -> list[Path]:
+        """Committed files older than the newest committed epoch of their (table, shard)."""
+        newest: dict[tuple[int, int], int] = {}
+        for (t, s, e), vf in self.files.items():
+            if vf.committed:
+                newest[(t, s)] = max(newest.get((t, s), -1), e)
+        old = [k for k in self.files if k[2] < newest.get((k[0], k[1]), -1)]
+        return [self.files.pop(k).path for k in old]
+
+    def set_progress(self, shard: int, last_seq: int, consumer_offset: int) -> None:
+        """Record the last applied seq and the next Kafka offset in every file of ``shard``."""
+        for (_, s, _), vf in self.files.items():
+            if s == shard:
+                vf.set_progress(last_seq, consumer_offset)
+
+    def flush(self) -> None:
+        for vf in self.files.values():
+            vf.flush()
+
+    def restore(self) -> list[ViewFile]:
+        """Map every committed file of the directory, newest epoch per (table, shard)."""
+        best: dict[tuple[int, int], ViewFile] = {}
+        for path in sorted(self.directory.glob("*.kvview")):
+            vf = open_view(path)
+            if not vf.committed:
+                continue
+            k = (vf.table, vf.shard)
+            if k not in best or best[k].params.epoch < vf.params.epoch:
+                best[k] = vf
+        for vf in best.values():
+            self.files[(vf.table, vf.shard, vf.params.epoch)] = vf
+        return list(best.values())
