@@ -1,0 +1,241 @@
+"""Avro records in the Confluent wire format, and the fixed-width Kafka record keys.
+
+Value wire format (identical to ``confluent_kafka.schema_registry.avro.AvroSerializer`` output)::
+
+    offset  size  field
+    0       1     magic, always 0x00
+    1       4     schema id, unsigned big-endian (pipeline.registry; schemas/ids.json)
+    5       n     Avro binary body of the record, no container, no schema (fastavro schemaless)
+
+Patch key (Kafka key of every ``index-patches`` record; compaction keeps the latest value per key)::
+
+    offset  size  field
+    0       1     key format version, 1
+    1       4     table, unsigned big-endian
+    5       4     shard, unsigned big-endian (also the partition)
+    9       4     epoch, unsigned big-endian
+    13      1     kind: 0 HEADER, 1 BUCKET, 2 LOCATOR_WORD, 3 COMMIT (order of the Avro enum)
+    14      8     index, unsigned big-endian (bucket or locator-word number; 0 otherwise)
+    = 22 bytes; big-endian, so byte order sorts like the tuple.
+
+Other topics key by a plain id: ``int32_key`` (4-byte big-endian: worker, region) and
+``int64_key`` (8-byte big-endian: prefix keys) or UTF-8 text (request id, topic name).
+
+Owns: encode/decode and their precise errors. Must not: talk to Kafka, or choose schema ids
+(that is the registry's). An ``AvroCodec`` reuses one buffer and is not thread-safe: one codec
+per thread (asyncio tasks on one loop may share one).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from io import BytesIO
+from typing import Any, ClassVar
+
+from fastavro import schemaless_reader, schemaless_writer
+from fastavro.validation import validate as avro_validate
+
+from kvcompass.errors import InvalidInputError
+from pipeline.registry import ParsedSchema, RegisteredSchema, SchemaRegistry, UnknownSchemaError
+
+MAGIC = 0
+_HEADER = struct.Struct(">BI")
+HEADER_BYTES = _HEADER.size
+
+PATCH_KEY_VERSION = 1
+_PATCH_KEY = struct.Struct(">BIIIBQ")
+PATCH_KEY_BYTES = _PATCH_KEY.size
+_U32_MAX = 0xFFFF_FFFF
+_U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+
+# fastavro signals bad input with these; anything else is a bug and should surface as itself.
+_ENCODE_FAILURES = (ValueError, TypeError, KeyError, AttributeError, OverflowError, struct.error)
+_DECODE_FAILURES = (
+    EOFError,
+    IndexError,
+    ValueError,
+    TypeError,
+    OverflowError,
+    UnicodeDecodeError,
+    MemoryError,
+    struct.error,
+)
+
+
+class DecodeError(InvalidInputError):
+    """Bytes that are not a record of a known schema in the Confluent wire format.
+
+    ``reason_code`` is the ``DeadLetterReason`` symbol a consumer files the record under.
+    """
+
+    reason_code: ClassVar[str] = "UNDECODABLE"
+
+
+class UnknownSchemaIdError(DecodeError):
+    """Well-formed header whose schema id the registry does not know."""
+
+    reason_code: ClassVar[str] = "UNKNOWN_SCHEMA"
+
+
+class EncodeError(InvalidInputError):
+    """A record that does not fit its schema (missing field, wrong type, unknown enum symbol)."""
+
+
+class PatchKind(IntEnum):
+    """Piece of a view an ``IndexPatch`` replaces; values = position in the Avro enum."""
+
+    HEADER = 0
+    BUCKET = 1
+    LOCATOR_WORD = 2
+    COMMIT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class PatchKey:
+    """Decoded ``index-patches`` record key."""
+
+    table: int
+    shard: int
+    epoch: int
+    kind: PatchKind
+    index: int
+
+
+class AvroCodec:
+    """Encode and decode records by short schema name (``"IndexPatch"``) through a registry.
+
+    Writer and reader schemas and the 5-byte headers are cached per name and per id, so after
+    the first record of a kind the registry is not consulted. ``validate=True`` additionally runs
+    fastavro's full validation before writing (catches ``int`` overflow, which the plain writer
+    does not); use it for low-rate producers and tests, not the patch hot path.
+    """
+
+    def __init__(self, registry: SchemaRegistry, *, validate: bool = False) -> None:
+        self._registry = registry
+        self._validate = validate
+        self._writers: dict[str, tuple[bytes, ParsedSchema]] = {}
+        self._readers: dict[int, RegisteredSchema] = {}
+        self._buf = BytesIO()
+
+    def encode(self, schema_name: str, record: Mapping[str, Any]) -> bytes:
+        """Wire bytes of ``record`` written with the registry's current schema of the name."""
+        writer = self._writers.get(schema_name)
+        if writer is None:
+            writer = self._load_writer(schema_name)
+        header, schema = writer
+        if self._validate:
+            try:
+                avro_validate(record, schema, raise_errors=True)
+            except _ENCODE_FAILURES as exc:
+                raise EncodeError(f"{schema_name}: record does not fit the schema: {exc}") from exc
+        buf = self._buf
+        buf.seek(0)
+        buf.truncate()
+        buf.write(header)
+        try:
+            schemaless_writer(buf, schema, record)
+        except _ENCODE_FAILURES as exc:
+            raise EncodeError(f"{schema_name}: record does not fit the schema: {exc}") from exc
+        return buf.getvalue()
+
+    def decode(self, data: bytes | bytearray | memoryview) -> tuple[str, dict[str, Any]]:
+        """``(schema name, record)`` of wire bytes, read into the newest local schema of the name.
+
+        Raises ``DecodeError`` (wrong magic, short header, truncated or malformed body, trailing
+        bytes) or ``UnknownSchemaIdError``; never returns a partial record.
+        """
+        size = len(data)
+        if size < HEADER_BYTES:
+            raise DecodeError(
+                f"expected at least {HEADER_BYTES} bytes (magic + schema id); got {size}"
+            )
+        magic, schema_id = _HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise DecodeError(f"expected magic byte 0x00; got 0x{magic:02x}")
+        resolved = self._readers.get(schema_id)
+        if resolved is None:
+            resolved = self._resolve(schema_id)
+        body = BytesIO(data)
+        body.seek(HEADER_BYTES)
+        try:
+            record = schemaless_reader(body, resolved.writer, resolved.reader)
+        except _DECODE_FAILURES as exc:
+            raise DecodeError(
+                f"{resolved.name} (schema id {schema_id}): body of {size - HEADER_BYTES} bytes "
+                f"is truncated or malformed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if body.tell() != size:
+            raise DecodeError(
+                f"{resolved.name} (schema id {schema_id}): {size - body.tell()} trailing bytes "
+                f"after a {body.tell() - HEADER_BYTES}-byte body"
+            )
+        if not isinstance(record, dict):
+            raise DecodeError(f"{resolved.name}: expected a record; got {type(record).__name__}")
+        return resolved.name, record
+
+    def _load_writer(self, schema_name: str) -> tuple[bytes, ParsedSchema]:
+        try:
+            schema_id = self._registry.writer_id(schema_name)
+        except UnknownSchemaError as exc:
+            raise EncodeError(str(exc)) from exc
+        writer = (_HEADER.pack(MAGIC, schema_id), self._registry.writer_schema(schema_name))
+        self._writers[schema_name] = writer
+        return writer
+
+    def _resolve(self, schema_id: int) -> RegisteredSchema:
+        try:
+            resolved = self._registry.resolve(schema_id)
+        except UnknownSchemaError as exc:
+            raise UnknownSchemaIdError(str(exc)) from exc
+        self._readers[schema_id] = resolved
+        return resolved
+
+
+def encode_patch_key(
+    table: int, shard: int, epoch: int, kind: PatchKind | int, index: int
+) -> bytes:
+    """22-byte ``index-patches`` key (layout in the module docstring)."""
+    for name, value, top in (
+        ("table", table, _U32_MAX),
+        ("shard", shard, _U32_MAX),
+        ("epoch", epoch, _U32_MAX),
+        ("index", index, _U64_MAX),
+    ):
+        if not 0 <= value <= top:
+            raise InvalidInputError(f"patch key {name}: expected 0..{top}; got {value}")
+    try:
+        kind = PatchKind(kind)
+    except ValueError:
+        raise InvalidInputError(
+            f"patch key kind: expected one of {[int(k) for k in PatchKind]}; got {kind}"
+        ) from None
+    return _PATCH_KEY.pack(PATCH_KEY_VERSION, table, shard, epoch, kind, index)
+
+
+def decode_patch_key(data: bytes | bytearray | memoryview) -> PatchKey:
+    """Inverse of ``encode_patch_key``; ``DecodeError`` on wrong size, version or kind."""
+    if len(data) != PATCH_KEY_BYTES:
+        raise DecodeError(f"patch key: expected {PATCH_KEY_BYTES} bytes; got {len(data)}")
+    version, table, shard, epoch, kind, index = _PATCH_KEY.unpack(data)
+    if version != PATCH_KEY_VERSION:
+        raise DecodeError(f"patch key: expected version {PATCH_KEY_VERSION}; got {version}")
+    if kind >= len(PatchKind):
+        raise DecodeError(f"patch key: expected kind 0..{len(PatchKind) - 1}; got {kind}")
+    return PatchKey(table, shard, epoch, PatchKind(kind), index)
+
+
+def int32_key(value: int) -> bytes:
+    """4-byte big-endian key of a worker or region id (``kv-events``, ``queue-vectors``)."""
+    if not 0 <= value <= _U32_MAX:
+        raise InvalidInputError(f"int32 key: expected 0..{_U32_MAX}; got {value}")
+    return value.to_bytes(4, "big")
+
+
+def int64_key(value: int) -> bytes:
+    """8-byte big-endian key of a 63-bit prefix key (``index-ops``, ``migrations``)."""
+    if not 0 <= value < 1 << 63:
+        raise InvalidInputError(f"int64 key: expected 0..2**63-1; got {value}")
+    return value.to_bytes(8, "big")

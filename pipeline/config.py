@@ -1,0 +1,148 @@
+"""``PipelineConfig``: the one frozen configuration of a pipeline process (DESIGN §7).
+
+Owns the broker address, the shard count N, topic names (with an optional prefix, so tests and
+several deployments can share a broker), partition counts, retentions and the optional schema
+registry URL. Built from a mapping (a parsed config file), the environment, or keyword arguments;
+validated in ``__post_init__``.
+
+Must not: do I/O (reading files or env is the caller's, passed in as mappings), or talk to Kafka.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from kvcompass.errors import ConfigError
+
+_TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
+_MAX_TOPIC_LEN = 249
+_MINUTE_MS = 60_000
+_HOUR_MS = 60 * _MINUTE_MS
+_DAY_MS = 24 * _HOUR_MS
+
+ENV_PREFIX = "KVCOMPASS_"
+"""Env var of field ``n_shards`` is ``KVCOMPASS_N_SHARDS``; ``bootstrap_servers`` also reads
+``KAFKA_BOOTSTRAP_SERVERS`` (the name Kafka tooling and the test fixture use)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNames:
+    """Full topic names of one deployment (prefix applied)."""
+
+    kv_events: str
+    index_ops: str
+    index_patches: str
+    queue_vectors: str
+    migrations: str
+    routing_decisions: str
+    dead_letters: str
+
+    def all(self) -> tuple[str, ...]:
+        """Every topic name, in DESIGN §7 order."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    """Everything a pipeline process needs to find and shape its topics."""
+
+    bootstrap_servers: str = "127.0.0.1:19092"
+    n_shards: int = 4
+    """N: shards of the key space = partitions of index-ops and index-patches."""
+    topic_prefix: str = ""
+    replication_factor: int = 1
+    kv_events_partitions: int = 4
+    queue_vectors_partitions: int = 1
+    migrations_partitions: int = 2
+    routing_decisions_partitions: int = 2
+    kv_events_retention_ms: int = 7 * _DAY_MS
+    index_ops_retention_ms: int = _HOUR_MS
+    queue_vectors_retention_ms: int = 10 * _MINUTE_MS
+    migrations_retention_ms: int = _HOUR_MS
+    routing_decisions_retention_ms: int = 6 * _HOUR_MS
+    dead_letters_retention_ms: int = 30 * _DAY_MS
+    index_patches_segment_ms: int = 10 * _MINUTE_MS
+    """Compaction only cleans closed segments; a short roll keeps the patch topic near its
+    compacted size (one record per view piece)."""
+    schema_registry_url: str | None = None
+    """None: schema ids from schemas/ids.json (pipeline.registry.InProcessRegistry)."""
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap_servers: expected host:port[,host:port...]; got ''")
+        if not _TOPIC_CHARS.match(self.topic_prefix):
+            raise ConfigError(
+                f"topic_prefix: expected only [A-Za-z0-9._-]; got {self.topic_prefix!r}"
+            )
+        longest = len(self.topic_prefix) + len("routing-decisions")
+        if longest > _MAX_TOPIC_LEN:
+            raise ConfigError(
+                f"topic_prefix: expected topic names <= {_MAX_TOPIC_LEN} chars; got {longest}"
+            )
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_partitions") or f.name in ("n_shards", "replication_factor"):
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ConfigError(f"{f.name}: expected an int >= 1; got {value!r}")
+            elif f.name.endswith("_ms") and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                raise ConfigError(f"{f.name}: expected milliseconds as an int >= 1; got {value!r}")
+
+    @property
+    def topics(self) -> TopicNames:
+        p = self.topic_prefix
+        return TopicNames(
+            kv_events=f"{p}kv-events",
+            index_ops=f"{p}index-ops",
+            index_patches=f"{p}index-patches",
+            queue_vectors=f"{p}queue-vectors",
+            migrations=f"{p}migrations",
+            routing_decisions=f"{p}routing-decisions",
+            dead_letters=f"{p}dead-letters",
+        )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> PipelineConfig:
+        """From a parsed file section or CLI flags (``n-shards`` and ``n_shards`` both accepted);
+        unknown keys are refused so that a typo is not silently a default."""
+        known = {f.name: f for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for raw_key, value in values.items():
+            key = raw_key.replace("-", "_")
+            if key not in known:
+                raise ConfigError(
+                    f"pipeline config: expected keys in {sorted(known)}; got {raw_key!r}"
+                )
+            kwargs[key] = _coerce(key, value)
+        return cls(**kwargs)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str], base: Mapping[str, Any] | None = None
+    ) -> PipelineConfig:
+        """``base`` (e.g. a file's values) overridden by ``KVCOMPASS_<FIELD>`` vars of ``env``."""
+        values: dict[str, Any] = dict(base or {})
+        if env.get("KAFKA_BOOTSTRAP_SERVERS"):
+            values["bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None and raw != "":
+                values[f.name] = raw
+        return cls.from_mapping(values)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    if key == "schema_registry_url":
+        return None if value in (None, "") else str(value)
+    if key in ("bootstrap_servers", "topic_prefix"):
+        return str(value)
+    if isinstance(value, str):
+        try:
+            return int(value.replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{key}: expected an integer; got {value!r}") from None
+    return value
