@@ -191,6 +191,8 @@ class LudoTable:
             status, _ = ops.update_batch(st, keys, np.zeros_like(vals), vals, 0)
             if status == ops.OK:
                 break
+        # a locator rebuild during the reload changed the seed in st.params
+        params = LudoParams.from_array(st.params.copy())
         self._st, self._params, self._capacity = st, params, capacity
         self._reset_dirty()
 
@@ -204,12 +206,13 @@ class LudoTable:
 
     def _emit(self, *, full: bool) -> PatchBatch:
         st = self._st
+        header = bool(st.meta[M_ALLW])
+        if full or header:  # a locator rebuild changed the seed in st.params
+            self._params = LudoParams.from_array(st.params.copy())
         if full:
             self._reset_dirty()
             return self.full_image()
-        header = bool(st.meta[M_ALLW])
         if header:
-            self._params = LudoParams.from_array(st.params.copy())
             words = np.arange(self._params.n_locator_words, dtype=np.int64)
         else:
             words = np.sort(st.wlist[: st.meta[M_NW]]).astype(np.int64)
