@@ -1,0 +1,121 @@
+"""SimConfig: every knob of one simulation run, frozen, units in the field names.
+
+Owns the defaults of the simulated hardware (see ``sim.cost`` for where each number comes from),
+of the worker caches, of the control-plane network (delay, loss, jitter of index patches and
+queue vectors; paper Table 4's robustness knobs) and of the metrics. Must not read files, the
+environment or the clock; ``__post_init__`` only validates. The router's own tunables (Δ, w,
+λ_max, H, T_h) live in ``kvcompass.router.RouterConfig``; the sim passes them through.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvcompass.errors import ConfigError
+
+EVICTION_POLICIES: tuple[str, ...] = ("lru", "lfu", "fifo")
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """One run's configuration. Defaults model an A100-80GB serving Llama-3.1-8B BF16 (§5.3)."""
+
+    seed: int = 1
+
+    # -- worker hardware (sim.cost explains each figure) ---------------------------------------
+    kv_bytes_per_token: int = 32 * 8 * 128 * 2 * 2
+    """Llama-3.1-8B BF16: 32 layers x 8 KV heads x 128 dims x (K,V) x 2 bytes = 128 KiB."""
+    vram_kv_bytes: int = 32 * GIB
+    """KV cache budget in VRAM (paper §5.3: 32 GB of the 80 GB card)."""
+    dram_kv_bytes: int = 128 * GIB
+    """Host DRAM KV cache per worker (paper §5.3: 128 GB)."""
+    pcie_bytes_per_s: float = 25e9
+    """Host -> device reload bandwidth (PCIe 4.0 x16, paper §5.3: ~25 GB/s)."""
+    decode_ms_per_token: float = 10.0
+    """Time per output token of a request in a continuous batch (sim.cost derives it)."""
+    intra_region_bytes_per_s: float = 12.5e9
+    """Worker-to-worker KV copy bandwidth inside a region (100 Gb/s), used by migrations."""
+
+    # -- worker caches --------------------------------------------------------------------------
+    eviction: str = "lru"
+    """Worker eviction policy: lru | lfu | fifo (paper: LFU for Mixed, LRU for WildChat/LMSYS)."""
+    cache_chunk_tokens: int = 0
+    """Cache granularity in tokens; 0 = the smallest multiple of the workload's block size that
+    is >= 64 tokens. The cache keeps whole chunks only (a prompt's partial tail is not cached)."""
+
+    # -- network ------------------------------------------------------------------------------
+    wan_jitter_frac: float = 0.0
+    """Actual WAN latency of each message = matrix value x U(1 - j, 1 + j) (Table 4: 0-100%)."""
+    index_base_delay_ms: float = 50.0
+    """Worker event -> maintenance unit -> edge view: pipeline latency (Kafka hops, batching)."""
+    index_extra_delay_ms: float = 0.0
+    """Added index-update delay (Table 4: 100-300 ms)."""
+    index_loss: float = 0.0
+    """Probability an index patch batch is lost and never applied (Table 4: 10-30%)."""
+    queue_loss: float = 0.0
+    """Probability a queue-vector broadcast or piggyback is lost."""
+
+    # -- KVCompass switches beyond the RouterConfig ablations ----------------------------------
+    fp_bits: int = 8
+    """Fingerprint bits per index slot in the edge views (0 reproduces the paper's keyless view)."""
+    monotone: bool = True
+    """Prefix monotonicity rule in the view's match (DESIGN §5)."""
+    n_shards: int = 4
+    """Index shards (maintenance units)."""
+
+    # -- metrics -------------------------------------------------------------------------------
+    load_bin_ms: float = 1000.0
+    """Time bin of the per-worker load factor (paper Fig. 14)."""
+
+    def __post_init__(self) -> None:
+        if self.eviction not in EVICTION_POLICIES:
+            raise ConfigError(
+                f"eviction: expected one of {EVICTION_POLICIES}, got {self.eviction!r}"
+            )
+        for name in ("kv_bytes_per_token", "vram_kv_bytes", "n_shards"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"{name}: expected a positive integer, got {getattr(self, name)}")
+        for name in ("pcie_bytes_per_s", "intra_region_bytes_per_s", "load_bin_ms"):
+            v = float(getattr(self, name))
+            if not math.isfinite(v) or v <= 0:
+                raise ConfigError(f"{name}: expected a positive finite number, got {v}")
+        for name in ("decode_ms_per_token", "index_base_delay_ms", "index_extra_delay_ms"):
+            v = float(getattr(self, name))
+            if not math.isfinite(v) or v < 0:
+                raise ConfigError(f"{name}: expected a finite number >= 0, got {v}")
+        if self.dram_kv_bytes < 0 or self.cache_chunk_tokens < 0:
+            raise ConfigError("dram_kv_bytes and cache_chunk_tokens must be >= 0")
+        if not 0.0 <= self.wan_jitter_frac <= 1.0:
+            raise ConfigError(f"wan_jitter_frac: expected 0..1, got {self.wan_jitter_frac}")
+        for name in ("index_loss", "queue_loss"):
+            v = float(getattr(self, name))
+            if not 0.0 <= v < 1.0:
+                raise ConfigError(f"{name}: expected a probability in [0, 1), got {v}")
+        if self.fp_bits not in (0, 8, 16):
+            raise ConfigError(f"fp_bits: expected 0, 8 or 16, got {self.fp_bits}")
+
+    @property
+    def vram_tokens(self) -> int:
+        return self.vram_kv_bytes // self.kv_bytes_per_token
+
+    @property
+    def dram_tokens(self) -> int:
+        return self.dram_kv_bytes // self.kv_bytes_per_token
+
+    @property
+    def index_delay_ms(self) -> float:
+        return self.index_base_delay_ms + self.index_extra_delay_ms
+
+    def chunk_tokens_for(self, block_tokens: int) -> int:
+        """The cache chunk for a workload whose blocks are ``block_tokens`` long."""
+        if self.cache_chunk_tokens:
+            if self.cache_chunk_tokens % block_tokens:
+                raise ConfigError(
+                    f"cache_chunk_tokens: expected a multiple of the workload block size "
+                    f"{block_tokens}, got {self.cache_chunk_tokens}"
+                )
+            return self.cache_chunk_tokens
+        return block_tokens * max(1, -(-64 // block_tokens))

@@ -1,0 +1,1 @@
+"""The simulator engine: virtual clock and event queue (``loop``), request table (``requests``)."""
