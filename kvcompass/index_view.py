@@ -87,7 +87,7 @@ def _view_lookup(
 
 @njit(cache=True)
 def _query_problem(lengths: NDArray[np.int64], keys: NDArray[np.uint64]) -> int:
-    """0 ok, 1 lengths not strictly ascending/positive, 2 a key >= 2**63 (one pass, no temporaries)."""
+    """0 ok, 1 lengths not strictly ascending/positive, 2 a key >= 2**63 (one pass)."""
     prev = 0
     for i in range(lengths.shape[0]):
         if lengths[i] <= prev:
@@ -307,7 +307,8 @@ class IndexView:
             keys = check_keys(keys)
         if lengths.ndim != 1 or lengths.shape != keys.shape:
             raise InvalidInputError(
-                f"lengths and keys must be 1-D of equal length, got {lengths.shape} and {keys.shape}"
+                "lengths and keys must be 1-D of equal length, "
+                f"got {lengths.shape} and {keys.shape}"
             )
         problem = _query_problem(lengths, keys)
         if problem == 1:
