@@ -12,7 +12,7 @@ Wire size accounting (``PatchBatch.wire_bytes``), our own, independent of the co
 
 * header image: 80 bytes (the 10 ``uint64`` fields of ``LudoParams.to_array()``);
 * bucket image: 4 (bucket id) + 1 (seed) + 4 * value_bits/8 + 4 * fp_bits/8 bytes
-  (13 + 4*fp_bytes for 32-bit values: 17 with 8-bit fingerprints);
+  (21 + 4*fp_bytes for 32-bit values: 25 with 8-bit fingerprints);
 * locator word image: 4 (word id) + 8 (word) = 12 bytes;
 * commit marker: 8 bytes (the epoch).
 """

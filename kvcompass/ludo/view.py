@@ -175,13 +175,17 @@ class LudoView:
             self.committed = True
 
     def _check_batch(self, batch: PatchBatch) -> None:
-        n = int(np.asarray(batch.bucket_ids).shape[0]) if batch.bucket_ids.ndim == 1 else -1
-        m = int(batch.word_ids.shape[0]) if batch.word_ids.ndim == 1 else -1
-        _check_array("bucket_ids", batch.bucket_ids, np.int64, (max(n, 0),))
+        for name in ("bucket_ids", "word_ids"):
+            ids = getattr(batch, name)
+            if not isinstance(ids, np.ndarray) or ids.ndim != 1:
+                raise InvalidInputError(f"{name}: expected a 1-D int64 array")
+        n = int(batch.bucket_ids.shape[0])
+        m = int(batch.word_ids.shape[0])
+        _check_array("bucket_ids", batch.bucket_ids, np.int64, (n,))
         _check_array("bucket_seeds", batch.bucket_seeds, np.uint8, (n,))
         _check_array("bucket_values", batch.bucket_values, np.uint64, (n, 4))
         _check_array("bucket_fps", batch.bucket_fps, np.uint16, (n, 4))
-        _check_array("word_ids", batch.word_ids, np.int64, (max(m, 0),))
+        _check_array("word_ids", batch.word_ids, np.int64, (m,))
         _check_array("words", batch.words, np.uint64, (m,))
         p = self._params
         _check_ids("bucket_ids", batch.bucket_ids, p.n_buckets)
