@@ -110,9 +110,15 @@ def test_growth_keeps_views_exact__many_inserts_from_tiny_capacity() -> None:
         view.apply_all(index.register(int(rng.integers(0, LAYOUT.n_workers)), keys[i : i + 250]))
     epochs = {tab.epoch for s in index.shards for tab in s.tables}
     assert max(epochs) >= 3  # grew several times
+    false_holders = 0
     for k in keys[::7].tolist():
         for t in range(LAYOUT.n_tables):
-            assert view.lookup_value(t, k) == _truth_value(index, t, k)
+            truth = _truth_value(index, t, k)
+            if truth:
+                assert view.lookup_value(t, k) == truth
+            else:  # the key lives in another table: a keyless view may name a false holder
+                false_holders += view.lookup_value(t, k) != 0
+    assert false_holders < 0.01 * 2 * keys[::7].size  # 8-bit fingerprints: ~0.4% expected
 
 
 def test_stale_and_duplicate_patches_are_skipped__replayed_batch() -> None:
