@@ -36,6 +36,7 @@ from io import BytesIO
 from typing import Any, ClassVar
 
 from fastavro import schemaless_reader, schemaless_writer
+from fastavro.validation import ValidationError
 from fastavro.validation import validate as avro_validate
 
 from kvcompass.errors import InvalidInputError
@@ -52,7 +53,15 @@ _U32_MAX = 0xFFFF_FFFF
 _U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 # fastavro signals bad input with these; anything else is a bug and should surface as itself.
-_ENCODE_FAILURES = (ValueError, TypeError, KeyError, AttributeError, OverflowError, struct.error)
+_ENCODE_FAILURES = (
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    OverflowError,
+    struct.error,
+    ValidationError,
+)
 _DECODE_FAILURES = (
     EOFError,
     IndexError,

@@ -105,7 +105,9 @@ def load_local_schemas(schema_dir: Path = DEFAULT_SCHEMA_DIR) -> dict[int, Local
         sid, name, file = int(entry["id"]), str(entry["name"]), str(entry["file"])
         if sid in out:
             raise ConfigError(f"{manifest_path}: schema id {sid} listed twice")
-        text = (schema_dir / file).read_text(encoding="utf-8")
+        # Stripped like AvroSerializer strips it, so registries that compare text (the mock) give
+        # our codec and Confluent's serializer the same id.
+        text = (schema_dir / file).read_text(encoding="utf-8").strip()
         raw = json.loads(text)
         if raw.get("name") != name or raw.get("namespace") != NAMESPACE:
             raise ConfigError(

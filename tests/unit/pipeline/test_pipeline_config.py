@@ -1,0 +1,58 @@
+"""PipelineConfig: defaults, topic names, construction from mappings and env, validation.
+
+(Named test_pipeline_config.py, not test_config.py: the test tree has no __init__.py files, so
+two test_config.py modules in different folders would collide under pytest's default import mode.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcompass.errors import ConfigError
+from pipeline.config import PipelineConfig
+
+
+def test_defaults_are_valid__local_broker() -> None:
+    config = PipelineConfig()
+    assert config.bootstrap_servers == "127.0.0.1:19092"
+    assert config.topics.index_patches == "index-patches"
+    assert len(config.topics.all()) == 7
+
+
+def test_prefix_applies_to_every_topic__topic_names() -> None:
+    names = PipelineConfig(topic_prefix="run-42.").topics.all()
+    assert all(n.startswith("run-42.") for n in names)
+
+
+def test_env_overrides_base__from_env() -> None:
+    env = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:29092", "KVCOMPASS_N_SHARDS": "8"}
+    config = PipelineConfig.from_env(env, base={"n-shards": 2, "topic_prefix": "x."})
+    assert (config.bootstrap_servers, config.n_shards, config.topic_prefix) == (
+        "127.0.0.1:29092",
+        8,
+        "x.",
+    )
+
+
+def test_registry_url_empty_means_none__from_env() -> None:
+    assert (
+        PipelineConfig.from_env({"KVCOMPASS_SCHEMA_REGISTRY_URL": ""}).schema_registry_url is None
+    )
+    url = PipelineConfig.from_env({"KVCOMPASS_SCHEMA_REGISTRY_URL": "mock://a"}).schema_registry_url
+    assert url == "mock://a"
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ({"n_shards": 0}, "n_shards: expected an int >= 1; got 0"),
+        ({"topic_prefix": "bad prefix/"}, "topic_prefix"),
+        ({"n_shardz": 3}, "got 'n_shardz'"),
+        ({"n_shards": "four"}, "n_shards: expected an integer; got 'four'"),
+        ({"index_ops_retention_ms": 0}, "index_ops_retention_ms"),
+        ({"bootstrap_servers": " "}, "bootstrap_servers"),
+    ],
+)
+def test_invalid_values_raise__from_mapping(values: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        PipelineConfig.from_mapping(values)
