@@ -187,7 +187,24 @@ def ludo_table_invariants(table: LudoTable) -> list[str]:
 # =============================================================================================
 # kvcompass.router.score — the joint score, one worker at a time
 # =============================================================================================
+from dataclasses import dataclass as _dataclass  # noqa: E402
+
 from kvcompass.router import score as _rs  # noqa: E402
+
+
+@_dataclass(frozen=True, slots=True)
+class RouterScoreRef:
+    """What ``router_joint_score`` computes: the kernel's outputs, the slow way."""
+
+    scores: list[float]
+    lam: float
+    min_q: float
+    winner: int
+    local_holder: int
+    lost_to_load: bool
+    remote_holder: int
+    service_ms: float
+    claimed: int
 
 
 def router_joint_score(
@@ -196,11 +213,10 @@ def router_joint_score(
     tiers: NDArray[np.uint8],
     state: NDArray[np.float64],
     params: NDArray[np.float64],
-) -> dict[str, object]:
+) -> RouterScoreRef:
     """Reference for ``_score_kernel``: the paper's formula written out per worker.
 
-    Returns scores (list), lam, min_q, winner, local_holder, lost_to_load, remote_holder,
-    service_ms, claimed; ties go to the lower id as in the kernel.
+    Ties go to the lower id as in the kernel.
     """
     n = len(matched_tokens)
     beta = [float(x) for x in state[_rs.ROW_BETA]]
@@ -236,14 +252,14 @@ def router_joint_score(
     remotes = [r for r in range(n) if not local[r] and xregion and m[r] > 0 and m[r] >= n1[r]]
     remote = min(remotes, key=lambda r: (-m[r], wan[r], r)) if remotes else -1
     service = beta[winner] * (prompt_tokens - b[winner] * m[winner]) + reload[winner]
-    return {
-        "scores": scores,
-        "lam": lam,
-        "min_q": min(tq) if load_aware else 0.0,
-        "winner": winner,
-        "local_holder": holder,
-        "lost_to_load": lost,
-        "remote_holder": remote,
-        "service_ms": service,
-        "claimed": m[winner],
-    }
+    return RouterScoreRef(
+        scores=scores,
+        lam=lam,
+        min_q=min(tq) if load_aware else 0.0,
+        winner=winner,
+        local_holder=holder,
+        lost_to_load=lost,
+        remote_holder=remote,
+        service_ms=service,
+        claimed=m[winner],
+    )

@@ -159,9 +159,11 @@ class HotPrefixTracker:
     def complete(self, family_key: int, now_ms: float) -> None:
         """The replica for ``family_key`` landed (or failed): it no longer blocks as in flight.
 
-        The cooldown still runs from the request time.
+        The cooldown still runs from the request time. The family's miss history is dropped:
+        misses while the replica was on its way say nothing about whether it helps.
         """
         self._in_flight.pop(family_key, None)
+        self._families.pop(family_key, None)
 
     def in_flight(self, now_ms: float) -> dict[int, int]:
         """family_key → target worker of migrations still in flight at ``now_ms``."""
