@@ -1,0 +1,226 @@
+"""`kvcompass sim`: run the event-driven simulator and print, save and plot the results.
+
+Parses flags into a ``SimConfig`` and a run plan (workload or trace, rates, schemes, one optional
+robustness sweep of paper Table 4), calls ``sim.experiment``, shows a rich progress bar, prints a
+table, writes the JSON (``--json``) and the PNGs (``--plots DIR``). Imports the simulator only
+when the command runs. Must not hold simulation logic.
+
+Examples::
+
+    kvcompass sim --deployment paper-64x8 --workload mixed --rate 3000 --requests 200000 \
+        --schemes all --seed 1 --json out.json
+    kvcompass sim --deployment paper-64x8 --trace conv.jsonl --trace-block-size 512 --rate 3000 \
+        --schemes kvcompass,oracle --json out.json
+    kvcompass sim --workload mixed --rate 500 1000 2000 --schemes all --plots figs/
+    kvcompass sim --workload mixed --rate 3000 --schemes kvcompass --sweep jitter 0 0.25 0.5 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+CONTRACT_FIELDS = (
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "e2e_p99_ms",
+    "throughput_tok_s",
+    "peak_load_factor",
+    "hit_rate",
+    "reused_tokens",
+    "recomputed_tokens",
+)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "sim",
+        help="simulate KVCompass and the baselines on a deployment and workload",
+        description="Event-driven simulation (paper §4, §5.3): schemes x rates x knobs.",
+    )
+    p.add_argument("--deployment", default="paper-64x8", help="built-in name or TOML path")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--workload", default=None, help="mixed | wildchat | lmsys (default mixed)")
+    src.add_argument("--trace", type=Path, default=None, help="trace file (e.g. Mooncake JSONL)")
+    p.add_argument("--trace-format", default="mooncake", help="trace format (default mooncake)")
+    p.add_argument("--trace-block-size", type=int, default=512, help="tokens per trace hash id")
+    p.add_argument("--rate", type=float, nargs="+", default=[3000.0], help="arrivals per second")
+    p.add_argument("--requests", type=int, default=20000, help="requests per run")
+    p.add_argument(
+        "--schemes", default="all", help="all | ablations | comma-separated scheme names"
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eviction", default=None, help="lru | lfu | fifo (default: per workload)")
+    p.add_argument("--wan-jitter", type=float, default=0.0, help="WAN jitter fraction (0..1)")
+    p.add_argument("--index-loss", type=float, default=0.0, help="index patch batch loss (0..1)")
+    p.add_argument("--index-delay-ms", type=float, default=0.0, help="extra index update delay")
+    p.add_argument("--queue-loss", type=float, default=0.0, help="queue vector loss (0..1)")
+    p.add_argument("--fp-bits", type=int, default=8, choices=(0, 8, 16))
+    p.add_argument("--no-monotone", action="store_true", help="disable the monotonicity rule")
+    p.add_argument(
+        "--sweep",
+        nargs="+",
+        default=None,
+        metavar=("KNOB", "VALUE"),
+        help="Table 4 sweep: jitter|loss|delay followed by values (jitter/loss as fractions)",
+    )
+    p.add_argument("--json", type=Path, default=None, help="write results JSON here")
+    p.add_argument("--plots", type=Path, default=None, help="write PNG figures to this directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _schemes(spec: str) -> list[str]:
+    from sim import schemes
+
+    if spec == "all":
+        return list(schemes.ALL)
+    if spec == "ablations":
+        return list(schemes.ABLATIONS)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    for n in names:
+        schemes.get(n)  # validates the name
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from kvcompass.cli.deployments import load_deployment
+    from sim import experiment
+    from sim.config import SimConfig
+
+    console = Console(stderr=True)
+    dep = load_deployment(args.deployment)
+    names = _schemes(args.schemes)
+    wl_name = args.workload or ("trace" if args.trace else "mixed")
+    eviction = args.eviction or experiment.DEFAULT_EVICTION.get(wl_name, "lru")
+    base = SimConfig(
+        seed=args.seed,
+        eviction=eviction,
+        wan_jitter_frac=args.wan_jitter,
+        index_loss=args.index_loss,
+        index_extra_delay_ms=args.index_delay_ms,
+        queue_loss=args.queue_loss,
+        fp_bits=args.fp_bits,
+        monotone=not args.no_monotone,
+    )
+    knob: str | None = None
+    values: list[float | None] = [None]
+    if args.sweep:
+        knob = args.sweep[0]
+        if knob not in experiment.KNOBS or len(args.sweep) < 2:
+            raise SystemExit(f"--sweep: expected one of {sorted(experiment.KNOBS)} and values")
+        values = [float(v) for v in args.sweep[1:]]
+    sets: list[experiment.RunSet] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=args.quiet,
+    ) as bar:
+        for rate in args.rate:
+            if args.trace is not None:
+                wl = experiment.load_trace_workload(
+                    args.trace,
+                    args.trace_format,
+                    args.trace_block_size,
+                    dep,
+                    args.requests,
+                    args.seed,
+                    rate,
+                )
+            else:
+                wl = experiment.make_workload(wl_name, args.requests, rate, dep, args.seed)
+            requests = None
+            for value in values:
+                cfg = base
+                if knob is not None and value is not None:
+                    cfg = experiment.with_knob(base, knob, value)
+                progress = _Tasks(
+                    bar, f"@ {rate:g}/s" + (f" {knob}={value:g}" if knob else ""), len(wl)
+                )
+
+                if requests is None:
+                    from kvcompass.levels import Levels
+                    from sim.engine.requests import Requests
+
+                    requests = Requests(
+                        wl,
+                        Levels.from_deployment(dep),
+                        cfg.chunk_tokens_for(wl.block_tokens),
+                        progress=functools.partial(progress, "hash"),
+                    )
+                results = experiment.run_all(
+                    wl, dep, names, cfg, progress=progress, requests=requests
+                )
+                sets.append(experiment.RunSet(rate, knob, value, results))
+    doc = experiment.results_json(
+        sets,
+        deployment=dep.name,
+        workload=wl_name,
+        n_requests=args.requests,
+        seed=args.seed,
+        config=base,
+    )
+    _print_table(console, sets, Table)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=2, default=float))
+        console.print(f"wrote {args.json}")
+    if args.plots is not None:
+        from sim import plots
+
+        for path in plots.write_all(sets, args.plots):
+            console.print(f"wrote {path}")
+    return 0
+
+
+class _Tasks:
+    """One progress-bar task per scheme (and one for hashing) of a run set."""
+
+    def __init__(self, bar: Any, suffix: str, total: int) -> None:
+        self.bar, self.suffix, self.total = bar, suffix, total
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, name: str, k: int) -> None:
+        if name not in self.tasks:
+            self.tasks[name] = self.bar.add_task(f"{name} {self.suffix}", total=self.total)
+        self.bar.advance(self.tasks[name], k)
+
+
+SHORT = {
+    "ttft_p50_ms": "TTFT p50 ms",
+    "ttft_p99_ms": "TTFT p99 ms",
+    "e2e_p99_ms": "E2E p99 ms",
+    "throughput_tok_s": "tok/s",
+    "peak_load_factor": "peak LF",
+    "hit_rate": "hit",
+    "reused_tokens": "reused",
+    "recomputed_tokens": "recomp.",
+    "false_hit_rate": "false hit",
+    "sim_requests_per_s": "sim req/s",
+}
+
+
+def _print_table(console: Any, sets: list[Any], table_cls: Any) -> None:
+    for s in sets:
+        title = f"rate {s.rate:g}/s" + (f", {s.knob}={s.value:g}" if s.knob else "")
+        t = table_cls(title=title)
+        t.add_column("scheme")
+        for f in (*CONTRACT_FIELDS, "false_hit_rate", "sim_requests_per_s"):
+            t.add_column(SHORT[f], justify="right")
+        for name, r in s.results.items():
+            row = [name]
+            for f in (*CONTRACT_FIELDS, "false_hit_rate", "sim_requests_per_s"):
+                v = r.summary.get(f, float("nan"))
+                row.append(f"{v:.3f}" if abs(v) < 100 else f"{v:.4g}")
+            t.add_row(*row)
+        console.print(t)

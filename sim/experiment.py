@@ -1,0 +1,189 @@
+"""Run sets: one workload (or trace) at one or more rates, under several schemes and knob values.
+
+Owns building the workload and the request table (keys hashed once per workload, shared by every
+scheme), running each scheme, and the JSON shape of the results. Must not print or plot: the CLI
+renders, ``sim.plots`` draws.
+
+Seeds: the workload is drawn from ``SeedSequence([seed, 1])``; every scheme's run uses
+``SeedSequence(seed)`` (``sim.runner``), so all schemes see the same requests and the same
+network randomness stream layout.
+
+JSON (``results_json``)::
+
+    {"sim_requests_per_s": <KVCompass's simulated requests per wall-second (else all schemes')>,
+     "deployment": ..., "workload": ..., "requests": n, "rate": <first rate>, "seed": s,
+     "<scheme>": {ttft_p50_ms, ttft_p99_ms, e2e_p99_ms, throughput_tok_s, peak_load_factor,
+                  hit_rate, reused_tokens, recomputed_tokens, ...},   # at the first rate
+     "runs": [{"rate": r, "knob": name|null, "value": v|null, "schemes": {"<scheme>": {...}}}]}
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvcompass.deployment import Deployment
+from kvcompass.errors import ConfigError
+from kvcompass.levels import Levels
+from sim.config import SimConfig
+from sim.engine.requests import Requests
+from sim.runner import RunResult, run_scheme
+from sim.workloads.workload import Workload
+
+# Default eviction per workload (paper §5.1: LFU for Mixed, LRU for WildChat and LMSYS).
+DEFAULT_EVICTION = {"mixed": "lfu", "wildchat": "lru", "lmsys": "lru"}
+
+# Table 4's robustness knobs: CLI name -> SimConfig field.
+KNOBS = {
+    "jitter": "wan_jitter_frac",
+    "loss": "index_loss",
+    "delay": "index_extra_delay_ms",
+}
+
+
+def with_knob(config: SimConfig, knob: str, value: float) -> SimConfig:
+    """``config`` with one Table 4 knob (``KNOBS``) set to ``value``."""
+    if knob not in KNOBS:
+        raise ConfigError(f"knob: expected one of {sorted(KNOBS)}, got {knob!r}")
+    fields: dict[str, Any] = {KNOBS[knob]: float(value)}
+    return replace(config, **fields)
+
+
+@dataclass(slots=True)
+class RunSet:
+    """Results of one workload at one rate (and knob value) under several schemes."""
+
+    rate: float
+    knob: str | None
+    value: float | None
+    results: dict[str, RunResult]
+
+
+def _generators() -> dict[str, Callable[..., Workload]]:
+    mod = importlib.import_module("sim.workloads")
+    table = getattr(mod, "WORKLOADS", None)
+    if table is not None:
+        return dict(table)
+    # Until the package exports its registry, resolve the generator modules directly.
+    return {
+        "mixed": importlib.import_module("sim.workloads.mixed").make_mixed,
+        "wildchat": importlib.import_module("sim.workloads.chat").make_wildchat,
+        "lmsys": importlib.import_module("sim.workloads.chat").make_lmsys,
+    }
+
+
+def make_workload(
+    name: str, n_requests: int, rate_per_s: float, deployment: Deployment, seed: int
+) -> Workload:
+    """Draw ``n_requests`` of workload ``name`` at ``rate_per_s`` over the deployment's regions."""
+    gens = _generators()
+    if name not in gens:
+        raise ConfigError(f"workload: expected one of {sorted(gens)}, got {name!r}")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
+    return gens[name](n_requests, rate_per_s, deployment.n_regions, None, rng)
+
+
+def load_trace_workload(
+    path: Path,
+    fmt: str,
+    block_size: int,
+    deployment: Deployment,
+    n_requests: int,
+    seed: int,
+    rate_per_s: float | None,
+) -> Workload:
+    """Read a trace (``sim.workloads.load_trace``), assign regions, keep the first n requests.
+
+    With ``rate_per_s`` the trace's arrivals are rescaled to that mean rate (its inter-arrival
+    shape is kept).
+    """
+    load_trace = importlib.import_module("sim.workloads").load_trace
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
+    wl: Workload = load_trace(
+        path, fmt=fmt, block_size=block_size, n_regions=deployment.n_regions, rng=rng
+    )
+    if n_requests and n_requests < len(wl):
+        wl = wl.slice(0, n_requests)
+    if rate_per_s and len(wl) > 1:
+        span = float(wl.arrival_ms[-1] - wl.arrival_ms[0])
+        if span > 0:
+            scale = (len(wl) - 1) / (rate_per_s / 1e3) / span
+            wl = replace(wl, arrival_ms=(wl.arrival_ms - wl.arrival_ms[0]) * scale)
+    return wl
+
+
+def run_all(
+    workload: Workload,
+    deployment: Deployment,
+    schemes: Sequence[str],
+    config: SimConfig,
+    *,
+    router_config: Any = None,
+    progress: Callable[[str, int], None] | None = None,
+    requests: Requests | None = None,
+) -> dict[str, RunResult]:
+    """Run every scheme over the same requests (keys hashed once)."""
+    levels = Levels.from_deployment(deployment)
+    if requests is None:
+        chunk = config.chunk_tokens_for(workload.block_tokens)
+        requests = Requests(
+            workload,
+            levels,
+            chunk,
+            progress=None if progress is None else (lambda k: progress("hash", k)),
+        )
+    out: dict[str, RunResult] = {}
+    for name in schemes:
+        cb = None if progress is None else (lambda k, n=name: progress(n, k))
+        out[name] = run_scheme(
+            name, requests, deployment, levels, config, router_config=router_config, progress=cb
+        )
+    return out
+
+
+def results_json(
+    sets: Sequence[RunSet],
+    *,
+    deployment: str,
+    workload: str,
+    n_requests: int,
+    seed: int,
+    config: SimConfig,
+) -> dict[str, Any]:
+    """The results document (shape in the module docstring)."""
+    doc: dict[str, Any] = {
+        "deployment": deployment,
+        "workload": workload,
+        "requests": n_requests,
+        "seed": seed,
+        "config": {f: getattr(config, f) for f in config.__dataclass_fields__},
+    }
+    runs = []
+    for s in sets:
+        runs.append(
+            {
+                "rate": s.rate,
+                "knob": s.knob,
+                "value": s.value,
+                "schemes": {k: r.summary for k, r in s.results.items()},
+            }
+        )
+    doc["runs"] = runs
+    if sets:
+        first = sets[0]
+        doc["rate"] = first.rate
+        for name, r in first.results.items():
+            doc[name] = r.summary
+        src = first.results.get("kvcompass")
+        if src is not None:
+            doc["sim_requests_per_s"] = src.summary["sim_requests_per_s"]
+        else:
+            n = sum(r.summary["requests"] for r in first.results.values())
+            wall = sum(r.wall_s for r in first.results.values())
+            doc["sim_requests_per_s"] = n / max(wall, 1e-9)
+    return doc

@@ -1,0 +1,214 @@
+"""KVCompass in the simulator: the real discovery index and the real edge router (paper §3).
+
+Owns only the wiring: one ``Router`` per edge region (joint score, cache belief, queue view with
+Δ broadcasts + piggybacked vectors, herding guard, hot-prefix migration), one maintenance-side
+``DiscoveryIndex`` fed by the workers' cache events, and the edge's keyless ``IndexView`` kept
+current by the patches it emits. Must not re-implement any of them: the simulator calls the very
+code the edge and the pipeline run (DESIGN §2).
+
+Propagation. Cache events become patches at the maintenance units at emission time; the patch
+batch reaches the edge views after ``SimConfig.index_delay_ms`` (+ the in-region hop), in order
+(a Kafka partition is ordered), and a batch may be lost (``index_loss``; a later batch of the same
+shard is still applied, as the view's sequencer allows gaps). One view is shared by all edges:
+every edge consumes the same patch topic with the same delay, so their views are identical; loss
+is therefore per batch for all edges at once (a documented simplification). Queue vectors: every
+Δ each region broadcasts its workers' backlog to every region that got no piggybacked vector in
+the period, over the jittered WAN, with ``queue_loss``; cross-region responses piggyback theirs.
+
+Ablations (paper §5.4) are subclasses that flip ``RouterConfig`` switches; ``SimConfig.fp_bits``
+and ``monotone`` switch the view's fingerprints and the monotonicity rule.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kvcompass.index import DiscoveryIndex, ShardPatch
+from kvcompass.index_view import IndexView
+from kvcompass.layout import TableLayout
+from kvcompass.router import BroadcastSchedule, Router, RouterConfig
+from kvcompass.types import Tier
+from sim.schemes.base import CacheEventBatch, Migration, Response, Route, Scheme, SchemeContext
+
+QUEUE_ENTRY_BYTES = 2
+"""Bytes per worker in a queue vector (a 16-bit ms estimate), plus an 8-byte header."""
+
+
+class KVCompass(Scheme):
+    """Full KVCompass; subclasses below are the ablations."""
+
+    name: ClassVar[str] = "kvcompass"
+    wants_cache_events: ClassVar[bool] = True
+    wants_index_keys: ClassVar[bool] = True
+    wants_responses: ClassVar[bool] = True
+    router_overrides: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, ctx: SchemeContext) -> None:
+        super().__init__(ctx)
+        dep, lv, cfg = ctx.deployment, ctx.levels, ctx.config
+        base: RouterConfig = getattr(ctx, "router_config", None) or RouterConfig()
+        rc = replace(base, **self.router_overrides)
+        self.router_config = rc
+        n_regions = dep.n_regions
+        self.routers = [Router.from_deployment(dep, lv, o, rc) for o in range(n_regions)]
+        counts = [r.n_workers for r in dep.regions]
+        layout = TableLayout.for_regions(counts)
+        self.index = DiscoveryIndex(
+            layout, n_shards=cfg.n_shards, fp_bits=cfg.fp_bits, seed=cfg.seed
+        )
+        self.view = IndexView(layout, lv.matrix, cfg.n_shards, monotone=cfg.monotone)
+        self.schedules = [
+            BroadcastSchedule(r, n_regions, rc.broadcast_period_ms) for r in range(n_regions)
+        ]
+        self._workers_of = [dep.workers_of(r) for r in range(n_regions)]
+        self._local = [self.routers[o].queue_view.local_workers for o in range(n_regions)]
+        self._worker_region = dep.worker_region.tolist()
+        req = ctx.requests
+        self._origin = req.origin.tolist()
+        self._prompt = req.prompt_len.tolist()
+        self._key_offsets = req.key_offsets  # type: ignore[attr-defined]
+        self._keys = req.keys  # type: ignore[attr-defined]
+        self._pending: list[Migration] = []
+        self._last_index_at = 0.0
+        self.patch_bytes = 0
+        self.patch_batches = 0
+        self.patches_lost = 0
+        self.queue_bytes = 0
+        self.migrations_asked = 0
+
+    # -- timers ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.ctx.schedule(self.router_config.broadcast_period_ms, self._broadcast)
+
+    def _broadcast(self, now: float) -> None:
+        backlog = self.ctx.cluster.backlog_ms(now)
+        net = self.ctx.network
+        for r, sched in enumerate(self.schedules):
+            ws = self._workers_of[r]
+            vec = backlog[ws]
+            for o in sched.targets(now).tolist():
+                self.queue_bytes += 8 + QUEUE_ENTRY_BYTES * ws.size
+                net.send("queue", r, o, now, self._on_broadcast, (o, r, ws, vec))
+        self.ctx.schedule(now + self.router_config.broadcast_period_ms, self._broadcast)
+
+    def _on_broadcast(self, at: float, payload: tuple[int, int, NDArray[np.int64], Any]) -> None:
+        o, r, ws, vec = payload
+        self.routers[o].on_broadcast(r, ws, vec, at)
+
+    # -- forwarding -----------------------------------------------------------------------------
+    def route(self, req: int, now_ms: float) -> Route:
+        o = self._origin[req]
+        router = self.routers[o]
+        local = self._local[o]
+        router.set_local_queues(self.ctx.cluster.backlog_ms(now_ms)[local], now_ms)
+        lengths, keys = self.ctx.requests.query_of(req, o)  # type: ignore[attr-defined]
+        match = self.view.match_keys(o, lengths, keys)
+        decision = router.choose(self._prompt[req], match.matched_tokens, match.tiers, now_ms)
+        router.on_forward(decision, now_ms)
+        if rc_migration(self.router_config) and keys.size:
+            family = int(self._keys[self._key_offsets[req]])
+            for m in router.observe(family, match.matched_tokens, decision, now_ms):
+                self.migrations_asked += 1
+                source = m.source_worker if m.source_worker >= 0 else None
+                if (
+                    source is not None
+                    and self._worker_region[source] != self._worker_region[m.target_worker]
+                ):
+                    source = None
+                self._pending.append(Migration(m.target_worker, req, m.prefix_tokens, source))
+        return Route(worker=decision.worker, claimed_tokens=decision.claimed_tokens)
+
+    def migrations(self) -> list[Migration]:
+        if not self._pending:
+            return []
+        out, self._pending = self._pending, []
+        return out
+
+    # -- feedback -------------------------------------------------------------------------------
+    def on_response(self, resp: Response) -> None:
+        router = self.routers[resp.origin]
+        vector = None
+        if resp.region != resp.origin and resp.queue_ms.size:
+            vector = (resp.region, resp.region_workers, resp.queue_ms)
+            self.schedules[resp.region].note_piggyback(resp.origin, resp.sent_ms)
+            self.queue_bytes += QUEUE_ENTRY_BYTES * int(resp.queue_ms.size)
+        router.on_response(
+            resp.worker, resp.claimed_tokens, resp.reused_tokens, resp.arrive_ms, vector
+        )
+
+    def on_cache_events(self, batch: CacheEventBatch) -> None:
+        idx, w = self.index, batch.worker
+        patches: list[ShardPatch] = []
+        if batch.stored.size:
+            patches += idx.register(w, batch.stored, batch.stored_tier)
+        if batch.to_dram.size:
+            patches += idx.set_tier(w, batch.to_dram, Tier.DRAM)
+        if batch.to_vram.size:
+            patches += idx.set_tier(w, batch.to_vram, Tier.VRAM)
+        if batch.removed.size:
+            patches += idx.evict(w, batch.removed)
+        if not patches:
+            return
+        self.patch_batches += 1
+        self.patch_bytes += sum(p.batch.wire_bytes() for p in patches)
+        r = self._worker_region[w]
+        net = self.ctx.network
+        # Patches of a shard travel one ordered partition: never overtake an earlier batch.
+        at = batch.at_ms + net.one_way_ms(r, r) + self.ctx.config.index_delay_ms
+        at = max(at, self._last_index_at)
+        self._last_index_at = at
+        if self.ctx.config.index_loss > 0 and self.ctx.rng.random() < self.ctx.config.index_loss:
+            self.patches_lost += 1
+            return
+        self.ctx.schedule(at, functools.partial(self._apply, patches), priority=2)
+
+    def _apply(self, patches: list[ShardPatch], at_ms: float) -> None:
+        self.view.apply_all(patches)
+
+    def finish(self) -> dict[str, float]:
+        return {
+            "update_bytes": float(self.patch_bytes + self.queue_bytes),
+            "patch_bytes": float(self.patch_bytes),
+            "queue_vector_bytes": float(self.queue_bytes),
+            "patch_batches": float(self.patch_batches),
+            "patch_batches_lost": float(self.patches_lost),
+            "migrations_asked": float(self.migrations_asked),
+            "index_entries": float(self.index.entries()),
+        }
+
+
+def rc_migration(rc: RouterConfig) -> bool:
+    return bool(rc.migration)
+
+
+class NoLoadAware(KVCompass):
+    """Ablation: no queueing estimate (or capacity price) in the score."""
+
+    name: ClassVar[str] = "kvcompass_no_load_aware"
+    router_overrides: ClassVar[dict[str, Any]] = {"load_aware": False}
+
+
+class NoXRegionReuse(KVCompass):
+    """Ablation: matches outside the edge's region are ignored."""
+
+    name: ClassVar[str] = "kvcompass_no_xregion_reuse"
+    router_overrides: ClassVar[dict[str, Any]] = {"cross_region_reuse": False}
+
+
+class TierBlind(KVCompass):
+    """Ablation: DRAM hits priced like VRAM hits (no γ term)."""
+
+    name: ClassVar[str] = "kvcompass_tier_blind"
+    router_overrides: ClassVar[dict[str, Any]] = {"tier_aware": False}
+
+
+class NoMigration(KVCompass):
+    """Ablation: no proactive replica of hot prefixes."""
+
+    name: ClassVar[str] = "kvcompass_no_migration"
+    router_overrides: ClassVar[dict[str, Any]] = {"migration": False}
