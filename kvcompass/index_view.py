@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
-from numba import carray, njit, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.numpy_support import carray as _carray
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
@@ -53,8 +55,7 @@ class Match:
     tiers: NDArray[np.uint8]
 
 
-@intrinsic
-def _as_pointer(typingctx: object, addr: types.Integer) -> object:
+def _as_pointer_impl(typingctx: object, addr: types.Integer) -> object:
     """int64 address -> void* (to view an array whose address is in the pointer table)."""
     sig = types.voidptr(addr)
 
@@ -64,9 +65,13 @@ def _as_pointer(typingctx: object, addr: types.Integer) -> object:
     return sig, codegen
 
 
+_as_pointer: Any = intrinsic(_as_pointer_impl)
+carray: Any = _carray  # numba's stubs type shapes as tuple[int]; inside njit they are int64
+
+
 @njit(inline="always", cache=True)
 def _view_lookup(
-    params: NDArray[np.uint64], ptrs: NDArray[np.int64], vid: int, key: np.uint64
+    params: NDArray[np.uint64], ptrs: NDArray[np.int64], vid: Any, key: np.uint64
 ) -> np.uint64:
     """Lookup in view ``vid`` through the pointer table (arrays kept alive by the IndexView).
 
