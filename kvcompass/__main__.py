@@ -17,6 +17,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "kvcompass.cli.demo",
     "kvcompass.cli.kafka",
+    "kvcompass.cli.sim",
 )
 
 
