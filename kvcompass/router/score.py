@@ -68,7 +68,7 @@ def _terms(
         q = state[ROW_QUEUE, r]
         if params[P_HERD] != 0.0:
             q += state[ROW_PENDING, r]
-    eff = b * m
+    eff = b * m if params[P_BELIEF] != 0.0 else float(m)
     prefill = (1.0 + lam) * state[ROW_BETA, r] * (prompt_tokens - eff)
     reload = 0.0
     if m > 0 and tiers[r] == _TIER_DRAM and params[P_TIER] != 0.0:
@@ -104,36 +104,72 @@ def _score_kernel(
         if tiers[r] > _TIER_DRAM or (matched[r] > 0 and tiers[r] == 0):
             return STATUS_BAD_TIER, r, 0.0, 0.0, -1, False, -1, 0.0, 0, 0.0
 
+    # Flags and rows hoisted into locals: the compiler cannot prove they do not alias the
+    # output buffers, and reloading them per worker doubled the kernel's time at W = 128.
+    gamma = params[P_GAMMA]
+    load_aware = params[P_LOAD] != 0.0
+    xregion = params[P_XREGION] != 0.0
+    tier_aware = params[P_TIER] != 0.0
+    use_belief = params[P_BELIEF] != 0.0
+    herd = params[P_HERD] != 0.0
+    beta = state[ROW_BETA]
+    belief = state[ROW_BELIEF]
+    queue = state[ROW_QUEUE]
+    pending = state[ROW_PENDING]
+    wan = state[ROW_WAN]
+    n1 = state[ROW_N1]
+    local = state[ROW_LOCAL]
+
     lam = 0.0
     min_q = 0.0
-    if params[P_LOAD] != 0.0:
+    if load_aware:
         min_q = np.inf
         for r in range(n):
-            q = state[ROW_QUEUE, r]
-            if params[P_HERD] != 0.0:
-                q += state[ROW_PENDING, r]
+            q = queue[r] + pending[r] if herd else queue[r]
             min_q = min(min_q, q)
         lam = min(params[P_LAMBDA_MAX], min_q / params[P_TAU])
+    scale = 1.0 + lam
 
+    k = min(n, terms.shape[0])
+    top_s = np.empty(k, np.float64)
+    top_r = np.full(k, -1, np.int64)
     winner = 0
     best = np.inf
     holder = -1
     holder_score = np.inf
     remote = -1
     for r in range(n):
-        s, wan, q, _, _, _, _, _ = _terms(r, prompt_tokens, matched, tiers, state, params, lam)
+        is_local = local[r] != 0.0
+        m = matched[r] if (is_local or xregion) else 0
+        eff = belief[r] * m if use_belief else float(m)
+        q = 0.0
+        if load_aware:
+            q = queue[r] + pending[r] if herd else queue[r]
+        reload = gamma * eff if (tier_aware and m > 0 and tiers[r] == _TIER_DRAM) else 0.0
+        # Same operation order as _terms, so explain rows equal these scores bit for bit.
+        prefill = scale * beta[r] * (prompt_tokens - eff)
+        s = wan[r] + q + prefill + reload
         scores[r] = s
         if s < best:
             best, winner = s, r
-        if state[ROW_LOCAL, r] != 0.0:
-            if matched[r] > 0 and s < holder_score:
+        if is_local:
+            if m > 0 and s < holder_score:
                 holder, holder_score = r, s
-        elif params[P_XREGION] != 0.0 and matched[r] > 0 and matched[r] >= state[ROW_N1, r]:
-            longer = remote < 0 or matched[r] > matched[remote]
-            if longer or (matched[r] == matched[remote] and wan < state[ROW_WAN, remote]):
+        elif m > 0 and m >= n1[r]:
+            longer = remote < 0 or m > matched[remote]
+            if longer or (m == matched[remote] and wan[r] < wan[remote]):
                 remote = r
+        # Insertion into the sorted top-k; strict < keeps the lower id first among equals.
+        if top_r[k - 1] < 0 or s < top_s[k - 1]:
+            j = k - 1
+            while j > 0 and (top_r[j - 1] < 0 or s < top_s[j - 1]):
+                top_s[j] = top_s[j - 1]
+                top_r[j] = top_r[j - 1]
+                j -= 1
+            top_s[j] = s
+            top_r[j] = r
 
-    winner_is_holder = state[ROW_LOCAL, winner] != 0.0 and matched[winner] > 0
+    winner_is_holder = local[winner] != 0.0 and matched[winner] > 0
     lost_to_load = False
     if holder >= 0 and not winner_is_holder:
         # Without the queue terms the holder would have been at least as good: load decided.
@@ -144,25 +180,16 @@ def _score_kernel(
     _, _, _, _, w_reload, w_m, w_eff, _ = _terms(
         winner, prompt_tokens, matched, tiers, state, params, lam
     )
-    service = state[ROW_BETA, winner] * (prompt_tokens - w_eff) + w_reload
+    service = beta[winner] * (prompt_tokens - w_eff) + w_reload
 
-    k = min(n, terms.shape[0])
-    last_s = -np.inf
-    last_r = -1
     for j in range(k):
-        pick = -1
-        pick_s = np.inf
-        for r in range(n):
-            s = scores[r]
-            after_last = s > last_s or (s == last_s and r > last_r)
-            if after_last and (pick < 0 or s < pick_s):
-                pick, pick_s = r, s
-        terms[j, TERM_WORKER] = pick
-        s, wan, q, prefill, reload, m, eff, b = _terms(
+        pick = top_r[j]
+        s, wq, q, prefill, reload, m, eff, b = _terms(
             pick, prompt_tokens, matched, tiers, state, params, lam
         )
+        terms[j, TERM_WORKER] = pick
         terms[j, TERM_SCORE] = s
-        terms[j, TERM_WAN] = wan
+        terms[j, TERM_WAN] = wq
         terms[j, TERM_QUEUE] = q
         terms[j, TERM_PREFILL] = prefill
         terms[j, TERM_RELOAD] = reload
@@ -170,7 +197,6 @@ def _score_kernel(
         terms[j, TERM_EFFECTIVE] = eff
         terms[j, TERM_BELIEF] = b
         terms[j, TERM_TIER] = tiers[pick]
-        last_s, last_r = pick_s, pick
     return STATUS_OK, winner, lam, min_q, holder, lost_to_load, remote, service, w_m, best
 
 
