@@ -151,6 +151,21 @@ class ShardState:
             out.append(self._stamp(int(t), batch))
         return out
 
+    def apply_field(
+        self, table: int, field_: int, code: int, keys: NDArray[np.uint64]
+    ) -> ShardPatch | None:
+        """One worker's field set to ``code`` for keys already checked to be in this shard.
+
+        The per-event fast path (one worker, one tier): no per-op arrays to validate.
+        """
+        if keys.size == 0:
+            return None
+        shift = FIELD_BITS * field_
+        n = keys.size
+        clear = np.full(n, FIELD_MASK << shift, dtype=np.uint64)
+        setb = np.full(n, code << shift, dtype=np.uint64)
+        return self._stamp(table, self.tables[table].update(keys, clear, setb))
+
     def clear_field(self, table: int, field_: int) -> ShardPatch:
         """A worker dropped its whole cache (SGLang ``AllBlocksCleared``)."""
         mask = FIELD_MASK << (FIELD_BITS * field_)
@@ -195,21 +210,19 @@ class DiscoveryIndex:
     def _op(self, worker: int, keys: NDArray[np.uint64], code: int) -> list[ShardPatch]:
         table, field_ = self.layout.field_of(worker)
         keys = check_keys(keys)
-        shard_of = (keys % np.uint64(self.n_shards)).astype(np.int64)
         out: list[ShardPatch] = []
+        if self.n_shards == 1:
+            p = self.shards[0].apply_field(table, field_, code, keys)
+            return [p] if p is not None else out
+        shard_of = keys % np.uint64(self.n_shards)
+        order = np.argsort(shard_of, kind="stable")  # keeps each shard's ops in order
+        bounds = np.searchsorted(shard_of[order], np.arange(self.n_shards + 1, dtype=np.uint64))
         for s in range(self.n_shards):
-            sel = keys[shard_of == s]
-            if sel.size == 0:
-                continue
-            n = sel.size
-            out.extend(
-                self.shards[s].apply(
-                    np.full(n, table, dtype=np.int64),
-                    sel,
-                    np.full(n, field_, dtype=np.int64),
-                    np.full(n, code, dtype=np.uint8),
-                )
-            )
+            lo, hi = int(bounds[s]), int(bounds[s + 1])
+            if lo < hi:
+                p = self.shards[s].apply_field(table, field_, code, keys[order[lo:hi]])
+                if p is not None:
+                    out.append(p)
         return out
 
     def register(
