@@ -131,3 +131,37 @@ def test_choose__matches_naive_twin_after_any_feedback(
 def test_router_config__defaults_used_when_none() -> None:
     router = Router(0, WORKER_REGION, np.full(W, BETA), RTT, N1)
     assert router.config == RouterConfig()
+
+
+@given(
+    stale=st.lists(st.floats(0.0, 1e4), min_size=4, max_size=4),
+    fresh=st.lists(st.floats(0.0, 1e4), min_size=4, max_size=4),
+    matches=st.lists(st.integers(0, PROMPT), min_size=W, max_size=W),
+)
+@settings(max_examples=60, deadline=None)
+def test_stale_local_reading__leaves_no_trace_after_refresh(
+    stale: list[float], fresh: list[float], matches: list[int]
+) -> None:
+    matched = np.array(matches, np.int64)
+    tiers = np.where(matched > 0, 1, 0).astype(np.uint8)
+    skewed, clean = build_router(), build_router()
+    skewed.set_local_queues(stale, now_ms=0.0)
+    skewed.choose(PROMPT, matched, tiers, now_ms=0.0)  # the one decision the stale view skews
+    skewed.set_local_queues(fresh, now_ms=1.0)
+    clean.set_local_queues(fresh, now_ms=1.0)
+    a = skewed.choose(PROMPT, matched, tiers, now_ms=2.0)
+    b = clean.choose(PROMPT, matched, tiers, now_ms=2.0)
+    assert (a.worker, a.score_ms, a.lambda_price) == (b.worker, b.score_ms, b.lambda_price)
+
+
+@given(stale=st.floats(0.0, 1e4), fresh=st.floats(0.0, 1e4), n=st.integers(1, 8))
+@settings(max_examples=60, deadline=None)
+def test_stale_remote_estimate__decays_geometrically_with_refreshes(
+    stale: float, fresh: float, n: int
+) -> None:
+    router = build_router(queue_ewma_weight=0.5)
+    router.on_broadcast(2, [8, 9], [stale, stale], now_ms=0.0)
+    for i in range(n):
+        router.on_broadcast(2, [8, 9], [fresh, fresh], now_ms=100.0 * (i + 1))
+    err = router.queue_view.queue_ms[8] - fresh
+    assert abs(err) == pytest.approx(abs(stale - fresh) * 0.5**n, abs=1e-9)
