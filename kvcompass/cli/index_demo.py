@@ -1,9 +1,11 @@
-"""The foundation demo's engine: a trace replayed through keys, index, patches and a view.
+"""The index demo's engine: a trace replayed through keys, index, patches, views and routers.
 
-A stand-in for the router decides which worker serves each request (the in-region worker with
-the longest indexed match, else the next worker of the region in turn) — enough to make the index
-see realistic registrations; the joint-score router replaces it once it lands. Every number the
-demo prints is measured here, nothing is assumed.
+Each request's edge (its origin region) looks its prompt up in the keyless view and the
+joint-score router picks the worker; the worker then registers the prompt at its region's
+registration lengths, and the patches go to the view. Worker queues follow a plain backlog model
+(each forward adds its predicted service time; the router sees exact queues) — the simulator
+(`kvcompass sim`) models caches, eviction, staleness and the WAN in full. Every number printed is
+measured here, nothing is assumed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kvcompass.index_view import IndexView
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
+from kvcompass.router import Router
 from kvcompass.types import Tier
 
 CHUNK = 512  # requests hashed per numba call
@@ -37,6 +40,7 @@ class IndexDemo:
     index: DiscoveryIndex
     view: IndexView
     hasher: PrefixHasher
+    routers: list[Router]
     seed: int
 
     @classmethod
@@ -46,11 +50,14 @@ class IndexDemo:
         dep = load_deployment(deployment)
         levels = Levels.from_deployment(dep)
         layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
-        index = DiscoveryIndex(layout, n_shards=n_shards, fp_bits=8, seed=seed)
+        index = DiscoveryIndex(
+            layout, n_shards=n_shards, fp_bits=8, initial_capacity=256, seed=seed
+        )
         view = IndexView(layout, levels.matrix, n_shards)
         view.apply_all(index.full_images())
         hasher = PrefixHasher(KeyNamespace(model_id="meta-llama/Llama-3.1-8B-Instruct"))
-        return cls(dep, levels, layout, index, view, hasher, seed)
+        routers = [Router.from_deployment(dep, levels, o) for o in range(dep.n_regions)]
+        return cls(dep, levels, layout, index, view, hasher, routers, seed)
 
     def replay(self, trace: Path, *, limit: int | None) -> dict[str, Any]:
         import time
@@ -67,11 +74,11 @@ class IndexDemo:
         all_lengths = np.unique(self.levels.matrix)
         reg_lengths = [self.levels.registration_lengths(r) for r in range(dep.n_regions)]
         workers_of = [np.flatnonzero(dep.worker_region == r) for r in range(dep.n_regions)]
-        turn = [0] * dep.n_regions
-        t_hash = t_reg = t_apply = 0.0
+        backlog_end = np.zeros(dep.n_workers)
+        t_hash = t_reg = t_apply = t_route = 0.0
         n_keys = n_ops = n_images = wire = 0
         lookup_us: list[float] = []
-        served_by_holder = cross_region_visible = 0
+        served_by_holder = served_remote = reused = prompt_tokens = 0
         sample: list[tuple[int, int]] = []
         for start in range(0, len(wl), CHUNK):
             stop = min(start + CHUNK, len(wl))
@@ -84,20 +91,27 @@ class IndexDemo:
                 k = keys[koffs[i - start] : koffs[i - start + 1]]
                 lens = all_lengths[: k.size]
                 o = int(wl.origin_region[i])
+                now = float(wl.arrival_ms[i])
+                router = self.routers[o]
+                queue = np.maximum(backlog_end - now, 0.0)
+                router.set_local_queues(queue[workers_of[o]], now)
+                for r in range(dep.n_regions):
+                    if r != o:
+                        router.on_broadcast(r, workers_of[r], queue[workers_of[r]], now)
                 t0 = time.perf_counter()
                 m = self.view.match_keys(o, lens, k)
-                lookup_us.append((time.perf_counter() - t0) * 1e6)
-                local = workers_of[o]
-                if (m.matched_tokens[dep.worker_region != o] > 0).any():
-                    cross_region_visible += 1
-                best = local[np.argmax(m.matched_tokens[local])]
-                if m.matched_tokens[best] > 0:
-                    worker = int(best)
-                    served_by_holder += 1
-                else:
-                    worker = int(local[turn[o] % local.size])
-                    turn[o] += 1
-                reg = k[np.isin(lens, reg_lengths[o])]
+                t1 = time.perf_counter()
+                d = router.choose(int(wl.prompt_len[i]), m.matched_tokens, m.tiers, now)
+                t_route += time.perf_counter() - t1
+                lookup_us.append((t1 - t0) * 1e6)
+                worker = d.worker
+                backlog_end[worker] = max(backlog_end[worker], now) + d.predicted_service_ms
+                served_by_holder += d.claimed_tokens > 0
+                served_remote += int(dep.worker_region[worker]) != o
+                reused += d.claimed_tokens
+                prompt_tokens += int(wl.prompt_len[i])
+                region = int(dep.worker_region[worker])
+                reg = k[np.isin(lens, reg_lengths[region])]
                 t0 = time.perf_counter()
                 patches = self.index.register(worker, reg, Tier.VRAM)
                 t_reg += time.perf_counter() - t0
@@ -124,16 +138,22 @@ class IndexDemo:
             "apply_ns_per_image": 1e9 * t_apply / max(n_images, 1),
             "lookup_p50_us": _pct(lookup_us, 50),
             "lookup_p99_us": _pct(lookup_us, 99),
+            "score_us_mean": 1e6 * t_route / max(len(wl), 1),
             "entries": entries,
             "view_bytes": vbytes,
             "view_bits_per_entry": 8 * vbytes / max(entries, 1),
+            "entries_per_slot": entries / max(self._slots(), 1),
             "served_by_holder": served_by_holder,
-            "requests_seeing_remote_holders": cross_region_visible,
+            "served_cross_region": served_remote,
+            "reused_token_share": reused / max(prompt_tokens, 1),
             "view_checked_keys": len(sample),
             "view_mismatches": mismatches,
             "levels_us_to_eu": self.levels.for_pair(0, 1).tolist() if dep.n_regions > 1 else [],
             "levels_in_region": self.levels.for_pair(0, 0).tolist(),
         }
+
+    def _slots(self) -> int:
+        return sum(4 * t.params.n_buckets for s in self.index.shards for t in s.tables)
 
     def _verify(self, sample: list[tuple[int, int]]) -> int:
         """Keys the view must still name: compare view answers with the maintenance truth."""
