@@ -59,7 +59,8 @@ class Decision(NamedTuple):
 
     A ``NamedTuple``, not the house's frozen dataclass: one is built per request on the
     forwarding path, and a frozen dataclass's per-field ``object.__setattr__`` costs several
-    times the whole score kernel at W = 14. It is just as immutable.
+    times the whole score kernel at W = 14. It is just as immutable. Compare fields, not whole
+    Decisions: ``top_terms`` is an array, so ``==`` on two Decisions is ambiguous.
 
     ``top_terms`` holds the kernel's explain rows (best first, ties to the lower id; columns
     ``score.TERM_*``); ``explain()`` turns them into ``ScoreTerms``. Kept packed so that
