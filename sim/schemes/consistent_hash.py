@@ -1,18 +1,142 @@
-"""Consistent hashing over six independent content-hash rings (paper §5.1 baseline).
+"""Consistent hashing over six independent content-hash rings (paper §5.1 baseline 1, §2.3).
 
-Work in progress (owned by the baselines helper): the full design notes, parameters and model
-land with the implementation.
+What the original design does: consistent hashing (Karger et al. 1997; the intra-cluster
+prefix-affinity placement of Mooncake and SGLang's router) maps a content hash to the worker that
+owns it on a ring of virtual nodes, so the same content always lands on the same node:
+*placement equals identity*. The paper's baseline keeps one independent ring per chunk-size level
+(six), so a prefix of each level length has its own designated owner.
+
+What we model (``HashPlacement``, shared with ``sim.schemes.chord``):
+
+* Levels: the deployment's same-region level lengths (``levels.for_pair(r, r)``: 128, 256, ...,
+  4096 tokens for the defaults: a fixed doubling ladder, identical for every region, because a
+  hash ring knows nothing about latency). Ring j places the level-j prefix key (the request's own
+  MurmurHash3 key at that length, ``requests.keys_of``) at ``mix64(key, seed_j)``.
+* Ring: every worker of every region gets ``VNODES`` = 100 virtual nodes per ring (positions from
+  ``mix64``), the usual count for a ±10% share per worker; the owner is the first virtual node
+  clockwise of the key. Rings span all regions: a hash-placement scheme has no notion of distance.
+* Placement rule (what makes reuse happen without migration): the request goes to the owner of
+  its longest level whose designated owner holds that prefix (a hit); on a miss at every level it
+  goes to the owner of its first level, the family head, so the next request sharing that prefix
+  finds it there. A prompt shorter than the first level goes to a uniformly random worker.
+  Only prefixes that sit at their designated node are found (§2.3): a copy on any other worker is
+  invisible, and no load is ever considered (that is the design, and why hot families
+  concentrate on one worker).
+* Presence: each ring node announces the chunks it holds; an edge learns them one WAN one-way
+  latency after the worker's cache event (``HolderHistory`` read as of ``now - one_way(r, o)``).
+  No lookup latency: the ring is known everywhere (``Route.lookup_ms`` = 0).
+
+Parameters: ``VNODES`` = 100, ring seeds fixed (``RING_SEED``); the level lengths come from the
+deployment. Must not read ``ctx.cluster`` live (only its static shape).
 """
 
 from __future__ import annotations
 
-from sim.schemes.base import Route, Scheme
+from bisect import bisect_left
+from typing import ClassVar
+
+from sim.schemes._holders import HolderHistory, mix64
+from sim.schemes.base import CacheEventBatch, Route, Scheme, SchemeContext
 
 
-class ConsistentHash(Scheme):
-    """Placeholder until the implementation is committed."""
+class HashPlacement(Scheme):
+    """Six content-hash rings and the placement rule; subclasses say how presence is learned."""
 
-    name = "consistent_hash"
+    wants_cache_events: ClassVar[bool] = True
+    VNODES: ClassVar[int] = 100
+    RING_SEED: ClassVar[int] = 0x6B76_636F_6D70_6173  # "kvcompas"
+    LIVE_PRESENCE: ClassVar[bool] = False
+    """True: the designated owner answers from its own live cache (a DHT get reaches it)."""
+
+    def __init__(self, ctx: SchemeContext) -> None:
+        super().__init__(ctx)
+        cluster = ctx.cluster
+        self.n_workers = int(cluster.n_workers)
+        self.chunk = int(cluster.chunk_tokens)
+        self.worker_region = [int(r) for r in cluster.worker_region]
+        n_regions = int(ctx.deployment.n_regions)
+        self.one_way = [
+            [ctx.network.one_way_ms(a, b) for b in range(n_regions)] for a in range(n_regions)
+        ]
+        self.level_tokens = [int(x) for x in ctx.levels.for_pair(0, 0)]
+        all_lengths = [int(x) for x in ctx.requests.lengths]
+        # Position of each level among the indexed lengths: keys_of(i) is that list cut at the
+        # prompt, so the level-j key sits at the same index for every request.
+        self.level_pos = [all_lengths.index(t) for t in self.level_tokens]
+        self.seeds = [mix64(j + 1, self.RING_SEED) for j in range(len(self.level_tokens))]
+        self.rings: list[tuple[list[int], list[int]]] = []
+        for seed in self.seeds:
+            pts = sorted(
+                (mix64(w * self.VNODES + v, seed), w)
+                for w in range(self.n_workers)
+                for v in range(self.VNODES)
+            )
+            self.rings.append(([p for p, _ in pts], [w for _, w in pts]))
+        max_delay = max(max(row) for row in self.one_way)
+        horizon = 0.0 if self.LIVE_PRESENCE else 2.0 * max_delay + 1.0
+        self.holders = HolderHistory(cluster.worker_region, horizon)
+        self.n_hits = 0
+        self.n_routed = 0
+
+    def owner(self, level: int, key: int) -> int:
+        """Designated worker of ``key`` on ring ``level`` (first virtual node clockwise)."""
+        pos, own = self.rings[level]
+        i = bisect_left(pos, mix64(key, self.seeds[level]))
+        return own[i] if i < len(own) else own[0]
+
+    def on_cache_events(self, batch: CacheEventBatch) -> None:
+        self.holders.apply(batch)
+
+    def presence_cutoff(self, origin: int, now_ms: float) -> list[float] | None:
+        """Per holder region, the time up to which this edge knows the owners' caches."""
+        if self.LIVE_PRESENCE:
+            return None
+        row = self.one_way
+        return [now_ms - row[r][origin] for r in range(len(row))]
+
+    def lookup_ms(self, req: int, origin: int, owners: list[tuple[int, int]]) -> float:
+        """Discovery latency of the (level, key) lookups; 0 for a ring known everywhere."""
+        return 0.0
 
     def route(self, req: int, now_ms: float) -> Route:
-        raise NotImplementedError("consistent_hash: implementation in progress")
+        rq = self.ctx.requests
+        prompt = int(rq.prompt_len[req])
+        origin = int(rq.origin[req])
+        self.n_routed += 1
+        _, keys = rq.keys_of(req)
+        n_keys = len(keys)
+        owners: list[tuple[int, int]] = []
+        for j, pos in enumerate(self.level_pos):
+            if pos >= n_keys or self.level_tokens[j] > prompt:
+                break
+            key = int(keys[pos])
+            owners.append((self.owner(j, key), key))
+        if not owners:
+            return Route(worker=int(self.ctx.rng.integers(self.n_workers)))
+        lookup = self.lookup_ms(req, origin, owners)
+        nodes = rq.nodes_of(req)
+        cutoff = self.presence_cutoff(origin, now_ms)
+        for j in range(len(owners) - 1, -1, -1):
+            w = owners[j][0]
+            idx = self.level_tokens[j] // self.chunk - 1
+            if 0 <= idx < len(nodes) and self.holders.mask(int(nodes[idx]), cutoff) >> w & 1:
+                self.n_hits += 1
+                return Route(
+                    worker=w,
+                    lookup_ms=lookup,
+                    claimed_tokens=self.level_tokens[j],
+                    extra={"level": float(j)},
+                )
+        return Route(worker=owners[0][0], lookup_ms=lookup, extra={"level": -1.0})
+
+    def finish(self) -> dict[str, float]:
+        return {
+            "level_hit_rate": self.n_hits / self.n_routed if self.n_routed else 0.0,
+            "tracked_chunks": float(len(self.holders)),
+        }
+
+
+class ConsistentHash(HashPlacement):
+    """Six independent consistent-hash rings; presence learned one WAN one-way late."""
+
+    name = "consistent_hash"
