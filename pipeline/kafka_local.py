@@ -15,6 +15,7 @@ processes and directories. The broker has no authentication: it listens on loopb
 from __future__ import annotations
 
 import base64
+import ctypes
 import fcntl
 import hashlib
 import json
@@ -38,6 +39,7 @@ DEFAULT_VERSION = "4.1.1"
 DEFAULT_PORT = 19092
 INFRA_DIR = Path(__file__).resolve().parents[1] / "infra" / "local"
 _DEP_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
+_PR_SET_PDEATHSIG = 1
 _STORAGE_TOOLS = ("kafka.tools.StorageTool", "org.apache.kafka.tools.StorageTool")
 _JVM_FLAGS = (
     "-XX:+UseG1GC",
@@ -107,6 +109,7 @@ class LocalBroker:
         heap_mb: int = 512,
         java: str | None = None,
         mvn: str = "mvn",
+        die_with_parent: bool = False,
     ) -> None:
         self.port = port
         self.controller_port = controller_port if controller_port is not None else port + 1
@@ -117,6 +120,8 @@ class LocalBroker:
         java_home = os.environ.get("JAVA_HOME")
         self.java = java or (str(Path(java_home) / "bin" / "java") if java_home else "java")
         self.mvn = mvn
+        # Test sessions set this: a killed pytest must not leave a JVM behind (Linux only).
+        self.die_with_parent = die_with_parent
         self.log_file = self.state_dir / "broker.log"
         self.pid_file = self.state_dir / "pid"
         self.properties_file = self.state_dir / "server.properties"
@@ -200,6 +205,7 @@ class LocalBroker:
                  "-cp", f"{lib}/*", "kafka.Kafka", str(self.properties_file)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.state_dir, start_new_session=True,
+                preexec_fn=_parent_death_signal if self.die_with_parent else None,
             )  # fmt: skip
         self.pid_file.write_text(f"{self._proc.pid}\n")
         try:
@@ -345,6 +351,12 @@ def _tail(text: str, lines: int = 30) -> str:
 
 def _pom_digest() -> str:
     return hashlib.sha256((INFRA_DIR / "pom.xml").read_bytes()).hexdigest()
+
+
+def _parent_death_signal() -> None:
+    # Runs in the forked child before exec: ask the kernel for SIGTERM when the parent dies.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _rss_kb(pid: int) -> int | None:

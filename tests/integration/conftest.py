@@ -91,6 +91,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         _free_port(),
         controller_port=_free_port(),
         state_dir=tmp_path_factory.mktemp("kafka-broker"),
+        die_with_parent=True,
     )
     try:
         bootstrap = broker.up(timeout_s=120)
