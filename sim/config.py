@@ -53,6 +53,9 @@ class SimConfig:
     """Worker event -> maintenance unit -> edge view: pipeline latency (Kafka hops, batching)."""
     index_extra_delay_ms: float = 0.0
     """Added index-update delay (Table 4: 100-300 ms)."""
+    index_batch_ms: float = 10.0
+    """Maintenance units apply the cache events of each window of this length as one batch of
+    index ops (the consumer's poll/linger); its patches travel and are lost together."""
     index_loss: float = 0.0
     """Probability an index patch batch is lost and never applied (Table 4: 10-30%)."""
     queue_loss: float = 0.0
@@ -78,7 +81,7 @@ class SimConfig:
         for name in ("kv_bytes_per_token", "vram_kv_bytes", "n_shards"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name}: expected a positive integer, got {getattr(self, name)}")
-        for name in ("pcie_bytes_per_s", "intra_region_bytes_per_s", "load_bin_ms"):
+        for name in ("pcie_bytes_per_s", "intra_region_bytes_per_s", "load_bin_ms", "index_batch_ms"):
             v = float(getattr(self, name))
             if not math.isfinite(v) or v <= 0:
                 raise ConfigError(f"{name}: expected a positive finite number, got {v}")

@@ -9,7 +9,9 @@ the eviction key of a chunk is never larger than its parent's:
 
 * LRU  key = (last-touch tick, -depth): touching a chunk touches its whole path;
 * LFU  key = (touch count, last-touch tick, -depth): a parent is touched whenever a child is;
-* FIFO key = (insert tick, -depth): a parent is inserted no later than its child.
+* FIFO key = (tick of the newest insertion under the chunk, -depth): leaf-first FIFO. A pure
+  hit does not refresh a chunk (that would be LRU), but inserting a child refreshes its path;
+  plain insertion order would evict a parent before its younger child.
 
 The smallest key leaves a tier first, so a child always leaves before its parent: a held chunk's
 ancestors are held, VRAM chunks form a prefix of every cached path and DRAM chunks its tail.
@@ -130,7 +132,8 @@ class PrefixCache:
         promote: bool = True,
     ) -> None:
         state, heaps, count = self.state, self.heaps, self.count
-        fifo, push = self._fifo, heapq.heappush
+        # FIFO refreshes the path only when it grows (see the module docstring).
+        fifo, push = self._fifo and len(chunks) == m, heapq.heappush
         for depth in range(m):
             c = chunks[depth]
             st = state[c]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.cluster.cache import DRAM, VRAM, CacheChange, PrefixCache
+from sim.cluster import kernels as k
+from sim.cluster.store import CacheStore
 from sim.cost import CostModel
 from sim.engine.requests import Requests
 from sim.schemes.base import CacheEventBatch
@@ -60,49 +61,32 @@ class Cluster:
         self.requests = requests
         self.chunk_tokens = requests.chunk_tokens
         c = self.chunk_tokens
-        self.caches = [
-            PrefixCache(cost.vram_tokens // c, cost.dram_tokens // c, policy)
-            for _ in range(self.n_workers)
-        ]
+        max_chunks = int(requests.prompt_len.max()) // c if requests.n else 0
+        self.store = CacheStore(
+            self.n_workers, cost.vram_tokens // c, cost.dram_tokens // c, policy, max_chunks
+        )
         self.free_at = np.zeros(self.n_workers, dtype=np.float64)
         self._beta = cost.prefill_ms_per_token.tolist()
         self._gamma = cost.reload_ms_per_token
         self.emit_keys = emit_keys
         self.emit_events = emit_events
-        self._chunk_lists: dict[int, list[int]] = {}
 
     # -- ClusterView ----------------------------------------------------------------------------
     def backlog_ms(self, now_ms: float) -> NDArray[np.float64]:
         return np.maximum(self.free_at - now_ms, 0.0)
 
     def match_all(self, req: int) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
-        chunks = self.chunks_of(req)
-        tokens = np.zeros(self.n_workers, dtype=np.int64)
-        tiers = np.zeros(self.n_workers, dtype=np.uint8)
-        for w, cache in enumerate(self.caches):
-            m, m_dram = cache.match(chunks)
-            if m:
-                tokens[w] = m * self.chunk_tokens
-                tiers[w] = DRAM if m_dram else VRAM
+        m, m_dram = self.store.match_all(self.requests.nodes_of(req))
+        tokens = m * self.chunk_tokens
+        tiers = np.where(m_dram > 0, k.DRAM, np.where(m > 0, k.VRAM, 0)).astype(np.uint8)
         return tokens, tiers
-
-    def chunks_of(self, req: int) -> list[int]:
-        got = self._chunk_lists.get(req)
-        if got is None:
-            got = self.requests.nodes_of(req).tolist()
-            if len(self._chunk_lists) > 65536:
-                self._chunk_lists.clear()
-            self._chunk_lists[req] = got
-        return got
 
     # -- work -----------------------------------------------------------------------------------
     def serve(
         self, req: int, worker: int, arrive_ms: float
     ) -> tuple[Served, CacheEventBatch | None]:
         """Run request ``req``'s prefill on ``worker`` (it arrives there at ``arrive_ms``)."""
-        chunks = self.chunks_of(req)
-        change = CacheChange() if self.emit_events else None
-        m, m_dram = self.caches[worker].serve(chunks, req, change)
+        m, m_dram, n_changes = self.store.serve(worker, self.requests.nodes_of(req), req)
         c = self.chunk_tokens
         prompt = int(self.requests.prompt_len[req])
         reused = min(m * c, prompt - 1) if m else 0
@@ -111,7 +95,7 @@ class Cluster:
         start = max(float(self.free_at[worker]), arrive_ms)
         finish = start + service
         self.free_at[worker] = finish
-        batch = self._batch(worker, finish, change, VRAM) if change is not None else None
+        batch = self._batch(worker, finish, n_changes, k.VRAM) if self.emit_events else None
         return Served(start, finish, reused, dram, service), batch
 
     def migrate(
@@ -123,56 +107,45 @@ class Cluster:
         otherwise the KV is copied from a regional peer (``at_ms`` is when the copy lands).
         Returns (GPU ms charged, completion time, events).
         """
-        n = min(tokens // self.chunk_tokens, len(self.chunks_of(req)))
-        chunks = self.chunks_of(req)[:n]
-        if not chunks:
+        chunks = self.requests.nodes_of(req)[: tokens // self.chunk_tokens]
+        n = int(chunks.shape[0])
+        if n == 0:
             return 0.0, at_ms, None
-        change = CacheChange() if self.emit_events else None
-        held = self.caches[worker].place(chunks, req, DRAM, change)
+        held, _, n_changes = self.store.serve(worker, chunks, req, k.DRAM, promote=False)
         gpu = 0.0
         done = at_ms
         if recompute:
             gpu = self._beta[worker] * (n - held) * self.chunk_tokens
             done = max(float(self.free_at[worker]), at_ms) + gpu
             self.free_at[worker] = done
-        batch = self._batch(worker, done, change, DRAM) if change is not None else None
+        batch = self._batch(worker, done, n_changes, k.DRAM) if self.emit_events else None
         return gpu, done, batch
 
     # -- events -----------------------------------------------------------------------------------
-    def _keys(self, region: int, items: list[tuple[int, int, int]]) -> NDArray[np.uint64]:
-        if not items or not self.emit_keys:
+    def _keys(self, region: int, sel: NDArray[np.bool_], n: int) -> NDArray[np.uint64]:
+        if not self.emit_keys or not sel.any():
             return _NO_KEYS
-        c = self.chunk_tokens
-        reg = self.requests.reg_keys
-        parts = [reg(owner, region, depth * c, (depth + 1) * c) for _, depth, owner in items]
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        st = self.store
+        return self.requests.reg_keys_many(st.o_owner[:n][sel], st.o_depth[:n][sel], region)
 
-    def _stored_keys(self, region: int, items: list[tuple[int, int, int]]) -> NDArray[np.uint64]:
-        # Stored chunks of one operation are one contiguous run of one owner's path.
-        if not items or not self.emit_keys:
-            return _NO_KEYS
-        c = self.chunk_tokens
-        owner = items[0][2]
-        return self.requests.reg_keys(owner, region, items[0][1] * c, (items[-1][1] + 1) * c)
-
-    def _batch(
-        self, worker: int, at_ms: float, ch: CacheChange, stored_tier: int
-    ) -> CacheEventBatch | None:
-        if ch.empty():
+    def _batch(self, worker: int, at_ms: float, n: int, stored_tier: int) -> CacheEventBatch | None:
+        if n == 0:
             return None
         region = self._region[worker]
+        kind = self.store.o_kind[:n]
+        chunk = self.store.o_chunk[:n]
+        stored, removed = kind == k.STORED, kind == k.REMOVED
         return CacheEventBatch(
             worker=worker,
             at_ms=at_ms,
-            stored=self._stored_keys(region, ch.stored),
+            stored=self._keys(region, stored, n),
             stored_tier=stored_tier,
-            to_dram=self._keys(region, ch.demoted),
-            to_vram=self._keys(region, ch.promoted),
-            removed=self._keys(region, ch.removed),
-            stored_nodes=np.array([x[0] for x in ch.stored], dtype=np.int64)
-            if ch.stored
-            else _NO_NODES,
-            removed_nodes=np.array([x[0] for x in ch.removed], dtype=np.int64)
-            if ch.removed
-            else _NO_NODES,
+            to_dram=self._keys(region, kind == k.DEMOTED, n),
+            to_vram=self._keys(region, kind == k.PROMOTED, n),
+            removed=self._keys(region, removed, n),
+            stored_nodes=chunk[stored].copy() if stored.any() else _NO_NODES,
+            removed_nodes=chunk[removed].copy() if removed.any() else _NO_NODES,
+            kinds=kind.copy(),
+            owners=self.store.o_owner[:n].copy(),
+            depths=self.store.o_depth[:n].copy(),
         )

@@ -59,6 +59,11 @@ class Requests:
         self.reg_mask = np.stack(
             [np.isin(self.lengths, levels.registration_lengths(r)) for r in range(levels.n_regions)]
         )
+        max_depth = int(self.prompt_len.max() // chunk_tokens) + 1 if self.n else 1
+        edges = np.arange(max_depth + 1, dtype=np.int64) * chunk_tokens
+        bounds = np.searchsorted(self.lengths, edges, side="right").astype(np.int64)
+        # Chunk at depth d holds the key lengths lengths[_lo[d]:_hi[d]], i.e. (d*C, (d+1)*C].
+        self._lo, self._hi = bounds[:-1], bounds[1:]
         self.query_mask = np.stack(
             [np.isin(self.lengths, levels.query_union(o)) for o in range(levels.n_regions)]
         )
@@ -114,3 +119,41 @@ class Requests:
             return np.zeros(0, dtype=np.uint64)
         mask = self.reg_mask[region, lo:hi]
         return self.keys[a + lo : a + hi][mask]
+
+    def reg_keys_many(
+        self, owners: NDArray[np.int64], depths: NDArray[np.int64], region: int
+    ) -> NDArray[np.uint64]:
+        """Keys at ``region``'s registration lengths inside many chunks (owner request, depth)."""
+        n_own = self.key_offsets[owners + 1] - self.key_offsets[owners]
+        lo = self._lo[depths]
+        hi = np.minimum(self._hi[depths], n_own)
+        cnt = np.maximum(hi - lo, 0)
+        total = int(cnt.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.uint64)
+        start = np.repeat(lo - np.cumsum(cnt) + cnt, cnt)
+        idx = np.arange(total, dtype=np.int64) + start  # index into ``lengths`` per key
+        base = np.repeat(self.key_offsets[owners], cnt)
+        keep = self.reg_mask[region, idx]
+        keys: NDArray[np.uint64] = self.keys[(base + idx)[keep]]
+        return keys
+
+    def keys_for_changes(
+        self, owners: NDArray[np.int64], depths: NDArray[np.int64], regions: NDArray[np.int64]
+    ) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
+        """Keys inside many chunks, each at its own region's registration lengths.
+
+        Returns (keys, item): ``item[j]`` is the index of the change key ``j`` came from.
+        """
+        n_own = self.key_offsets[owners + 1] - self.key_offsets[owners]
+        lo = self._lo[depths]
+        hi = np.minimum(self._hi[depths], n_own)
+        cnt = np.maximum(hi - lo, 0)
+        total = int(cnt.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        item = np.repeat(np.arange(owners.shape[0], dtype=np.int64), cnt)
+        idx = np.arange(total, dtype=np.int64) + np.repeat(lo - np.cumsum(cnt) + cnt, cnt)
+        keep = self.reg_mask[regions[item], idx]
+        keys: NDArray[np.uint64] = self.keys[(self.key_offsets[owners][item] + idx)[keep]]
+        return keys, item[keep]

@@ -34,9 +34,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 if TYPE_CHECKING:
-    from kvcompass.levels import Levels
-
     from kvcompass.deployment import Deployment
+    from kvcompass.levels import Levels
     from sim.config import SimConfig
     from sim.cost import CostModel
 
@@ -102,6 +101,8 @@ class CacheEventBatch:
     ``to_vram`` (tier moved), ``removed`` (evicted from both tiers). ``stored_nodes`` and
     ``removed_nodes`` carry the same change at the worker's cache-chunk granularity (prefix-unique
     chunk ids), for schemes that track whole prefixes (radix trees) rather than index keys.
+    The key arrays are filled only for schemes with ``wants_index_keys``; ``kinds``/``owners``/
+    ``depths`` always are (a scheme may derive keys itself, batched: ``Requests.keys_for_changes``).
     """
 
     worker: int
@@ -113,6 +114,13 @@ class CacheEventBatch:
     removed: NDArray[np.uint64]
     stored_nodes: NDArray[np.int64]
     removed_nodes: NDArray[np.int64]
+    kinds: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """The raw change list, one entry per chunk, in order: 0 stored, 1 promoted to VRAM,
+    2 demoted to DRAM, 3 removed (``sim.cluster.kernels`` codes)."""
+    owners: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per change: the request whose prompt names the chunk (its keys are that request's)."""
+    depths: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per change: the chunk's depth (it covers tokens ``(depth*C, (depth+1)*C]``)."""
 
 
 class RequestTable(Protocol):

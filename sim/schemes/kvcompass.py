@@ -35,6 +35,9 @@ from kvcompass.router import BroadcastSchedule, Router, RouterConfig
 from kvcompass.types import Tier
 from sim.schemes.base import CacheEventBatch, Migration, Response, Route, Scheme, SchemeContext
 
+# index tier code of each change kind (stored: the batch's stored_tier, filled in per batch)
+_KIND_CODE = np.array([0, int(Tier.VRAM), int(Tier.DRAM), int(Tier.NONE)], dtype=np.int64)
+
 QUEUE_ENTRY_BYTES = 2
 """Bytes per worker in a queue vector (a 16-bit ms estimate), plus an 8-byte header."""
 
@@ -44,7 +47,7 @@ class KVCompass(Scheme):
 
     name: ClassVar[str] = "kvcompass"
     wants_cache_events: ClassVar[bool] = True
-    wants_index_keys: ClassVar[bool] = True
+    wants_index_keys: ClassVar[bool] = False  # keys are derived per flush, batched
     wants_responses: ClassVar[bool] = True
     router_overrides: ClassVar[dict[str, Any]] = {}
 
@@ -62,6 +65,9 @@ class KVCompass(Scheme):
             layout, n_shards=cfg.n_shards, fp_bits=cfg.fp_bits, seed=cfg.seed
         )
         self.view = IndexView(layout, lv.matrix, cfg.n_shards, monotone=cfg.monotone)
+        # An edge starts by reading the compacted patch topic from the beginning: every table's
+        # epoch header and images, before any request.
+        self.view.apply_all(self.index.full_images())
         self.schedules = [
             BroadcastSchedule(r, n_regions, rc.broadcast_period_ms) for r in range(n_regions)
         ]
@@ -74,6 +80,16 @@ class KVCompass(Scheme):
         self._key_offsets = req.key_offsets  # type: ignore[attr-defined]
         self._keys = req.keys  # type: ignore[attr-defined]
         self._pending: list[Migration] = []
+        self._table_arr = np.array(
+            [layout.field_of(w)[0] for w in range(dep.n_workers)], dtype=np.int64
+        )
+        self._field_arr = np.array(
+            [layout.field_of(w)[1] for w in range(dep.n_workers)], dtype=np.int64
+        )
+        self._region_arr = np.asarray(dep.worker_region, dtype=np.int64)
+        self._requests: Any = ctx.requests
+        self._buf: list[CacheEventBatch] = []
+        self._flush_due = False
         self._last_index_at = 0.0
         self.patch_bytes = 0
         self.patch_batches = 0
@@ -142,27 +158,46 @@ class KVCompass(Scheme):
         )
 
     def on_cache_events(self, batch: CacheEventBatch) -> None:
-        idx, w = self.index, batch.worker
+        if batch.kinds.size == 0:
+            return
+        self._buf.append(batch)
+        if not self._flush_due:
+            self._flush_due = True
+            self.ctx.schedule(batch.at_ms + self.ctx.config.index_batch_ms, self._flush, 1)
+
+    def _flush(self, now: float) -> None:
+        """Apply one window's events as one batch of index ops per shard; ship the patches."""
+        self._flush_due = False
+        buf, self._buf = self._buf, []
+        if not buf:
+            return
+        sizes = [b.kinds.size for b in buf]
+        workers = np.repeat(np.array([b.worker for b in buf], dtype=np.int64), sizes)
+        stored_code = np.repeat(np.array([b.stored_tier for b in buf], dtype=np.int64), sizes)
+        kinds = np.concatenate([b.kinds for b in buf])
+        owners = np.concatenate([b.owners for b in buf])
+        depths = np.concatenate([b.depths for b in buf])
+        keys, item = self._requests.keys_for_changes(owners, depths, self._region_arr[workers])
+        if keys.size == 0:
+            return
+        w = workers[item]
+        codes = np.where(kinds == 0, stored_code, _KIND_CODE[kinds])[item].astype(np.uint8)
+        tables, fields = self._table_arr[w], self._field_arr[w]
+        shard_of = (keys % np.uint64(self.index.n_shards)).astype(np.int64)
         patches: list[ShardPatch] = []
-        if batch.stored.size:
-            patches += idx.register(w, batch.stored, batch.stored_tier)
-        if batch.to_dram.size:
-            patches += idx.set_tier(w, batch.to_dram, Tier.DRAM)
-        if batch.to_vram.size:
-            patches += idx.set_tier(w, batch.to_vram, Tier.VRAM)
-        if batch.removed.size:
-            patches += idx.evict(w, batch.removed)
+        for s, shard in enumerate(self.index.shards):
+            sel = shard_of == s
+            if sel.any():
+                patches += shard.apply(tables[sel], keys[sel], fields[sel], codes[sel])
         if not patches:
             return
         self.patch_batches += 1
         self.patch_bytes += sum(p.batch.wire_bytes() for p in patches)
-        r = self._worker_region[w]
-        net = self.ctx.network
+        cfg = self.ctx.config
         # Patches of a shard travel one ordered partition: never overtake an earlier batch.
-        at = batch.at_ms + net.one_way_ms(r, r) + self.ctx.config.index_delay_ms
-        at = max(at, self._last_index_at)
+        at = max(now + cfg.index_delay_ms, self._last_index_at)
         self._last_index_at = at
-        if self.ctx.config.index_loss > 0 and self.ctx.rng.random() < self.ctx.config.index_loss:
+        if cfg.index_loss > 0 and self.ctx.rng.random() < cfg.index_loss:
             self.patches_lost += 1
             return
         self.ctx.schedule(at, functools.partial(self._apply, patches), priority=2)

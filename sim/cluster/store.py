@@ -1,0 +1,108 @@
+"""CacheStore: every worker's two-tier chunk cache, backed by the numba kernels.
+
+Owns the flat arrays of ``sim.cluster.kernels`` and the validating wrappers around them. Same
+behaviour as one ``sim.cluster.cache.PrefixCache`` per worker (the reference the tests compare
+against), one to two orders of magnitude faster. Must not know time, keys or schemes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kvcompass.errors import InvalidInputError
+from sim.cluster import kernels as k
+
+
+class CacheStore:
+    """Chunk caches of ``n_workers`` workers, each ``vram_chunks`` + ``dram_chunks`` big."""
+
+    def __init__(
+        self, n_workers: int, vram_chunks: int, dram_chunks: int, policy: str, max_chunks: int
+    ) -> None:
+        if policy not in ("lru", "lfu", "fifo"):
+            raise InvalidInputError(f"policy: expected lru, lfu or fifo, got {policy!r}")
+        if n_workers <= 0 or vram_chunks <= 0 or dram_chunks < 0 or max_chunks < 0:
+            raise InvalidInputError(
+                f"expected n_workers > 0, vram_chunks > 0, dram_chunks >= 0, max_chunks >= 0; "
+                f"got {n_workers}, {vram_chunks}, {dram_chunks}, {max_chunks}"
+            )
+        self.n_workers = n_workers
+        self.max_chunks = max_chunks
+        self.lfu = policy == "lfu"
+        self.fifo = policy == "fifo"
+        pool = n_workers * (vram_chunks + dram_chunks) + max_chunks + 1
+        self.pool = pool
+        ht_size = 1 << max(4, int(2 * pool - 1).bit_length())
+        self.mask = ht_size - 1
+        self.ht = np.full(ht_size, -1, dtype=np.int64)
+        self.chunk = np.zeros(pool, dtype=np.int64)
+        self.worker = np.zeros(pool, dtype=np.int64)
+        self.tier = np.zeros(pool, dtype=np.int8)
+        self.k1 = np.zeros(pool, dtype=np.int64)
+        self.k2 = np.zeros(pool, dtype=np.int64)
+        self.depth = np.zeros(pool, dtype=np.int64)
+        self.owner = np.zeros(pool, dtype=np.int64)
+        self.touch = np.zeros(pool, dtype=np.int64)
+        self.hpos = np.zeros(pool, dtype=np.int64)
+        self.free = np.arange(pool - 1, -1, -1, dtype=np.int64)
+        self.n_free = np.array([pool], dtype=np.int64)
+        width = max(vram_chunks, dram_chunks) + max_chunks + 2
+        self.heap = np.zeros((n_workers, 2, width), dtype=np.int64)
+        self.size = np.zeros((n_workers, 2), dtype=np.int64)
+        self.count = np.zeros((n_workers, 2), dtype=np.int64)
+        self.cap = np.array([vram_chunks, dram_chunks], dtype=np.int64)
+        self.tick = np.zeros(n_workers, dtype=np.int64)
+        out = 5 * max_chunks + 8
+        self.o_kind = np.zeros(out, dtype=np.int64)
+        self.o_chunk = np.zeros(out, dtype=np.int64)
+        self.o_depth = np.zeros(out, dtype=np.int64)
+        self.o_owner = np.zeros(out, dtype=np.int64)
+
+    def _check(self, worker: int, chunks: NDArray[np.int64]) -> None:
+        if not 0 <= worker < self.n_workers:
+            raise InvalidInputError(f"worker: expected 0..{self.n_workers - 1}, got {worker}")
+        if chunks.dtype != np.int64 or chunks.ndim != 1 or chunks.shape[0] > self.max_chunks:
+            raise InvalidInputError(
+                f"chunks: expected a 1-D int64 array of <= {self.max_chunks} ids, got "
+                f"{chunks.dtype} shape {chunks.shape}"
+            )
+
+    def serve(
+        self, worker: int, chunks: NDArray[np.int64], req: int, tier: int = 1, promote: bool = True
+    ) -> tuple[int, int, int]:
+        """Serve (or, with ``promote=False`` and ``tier=2``, place) a path on ``worker``.
+
+        Returns (held chunks, of which in DRAM, number of changes); the changes are
+        ``o_kind/o_chunk/o_depth/o_owner[:n]`` (kinds ``kernels.STORED`` ... ``REMOVED``).
+        """
+        self._check(worker, chunks)
+        m, m_dram, n = k._serve(
+            self.ht, self.mask, self.chunk, self.worker, self.tier, self.k1, self.k2,
+            self.depth, self.owner, self.touch, self.hpos, self.free, self.n_free,
+            self.heap, self.size, self.count, self.cap, self.tick,
+            worker, chunks, req, tier, promote, self.lfu, self.fifo,
+            self.o_kind, self.o_chunk, self.o_depth, self.o_owner,
+        )  # fmt: skip
+        return int(m), int(m_dram), int(n)
+
+    def match(self, worker: int, chunks: NDArray[np.int64]) -> tuple[int, int]:
+        """(held chunks, of which in DRAM) on one worker, without touching anything."""
+        self._check(worker, chunks)
+        m, d = k._match(self.ht, self.chunk, self.worker, self.tier, worker, chunks, self.mask)
+        return int(m), int(d)
+
+    def match_all(self, chunks: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Held chunks and held-in-DRAM chunks of every worker (for exact-state schemes)."""
+        self._check(0, chunks)
+        out_m = np.zeros(self.n_workers, dtype=np.int64)
+        out_d = np.zeros(self.n_workers, dtype=np.int64)
+        k._match_all(
+            self.ht, self.chunk, self.worker, self.tier, self.n_workers, chunks, self.mask,
+            out_m, out_d,
+        )  # fmt: skip
+        return out_m, out_d
+
+    def held(self, worker: int) -> int:
+        """Chunks held by a worker (both tiers)."""
+        return int(self.count[worker].sum())
