@@ -81,7 +81,12 @@ class SimConfig:
         for name in ("kv_bytes_per_token", "vram_kv_bytes", "n_shards"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name}: expected a positive integer, got {getattr(self, name)}")
-        for name in ("pcie_bytes_per_s", "intra_region_bytes_per_s", "load_bin_ms", "index_batch_ms"):
+        for name in (
+            "pcie_bytes_per_s",
+            "intra_region_bytes_per_s",
+            "load_bin_ms",
+            "index_batch_ms",
+        ):
             v = float(getattr(self, name))
             if not math.isfinite(v) or v <= 0:
                 raise ConfigError(f"{name}: expected a positive finite number, got {v}")
