@@ -1,7 +1,7 @@
 """A real single-node Apache Kafka broker (KRaft) on 127.0.0.1, without Docker.
 
-Owns fetching the broker's jars from Maven Central (``infra/local/pom.xml``, once per version
-into ``${KVCOMPASS_CACHE:-~/.cache/kvcompass}/kafka/<version>/lib``), formatting its storage,
+Owns, after ``pipeline.kafka_jars`` has fetched the jars from Maven Central (once per version
+into ``${KVCOMPASS_CACHE:-~/.cache/kvcompass}/kafka/<version>/lib``): formatting the storage,
 starting ``kafka.Kafka`` in its own session, waiting until it serves, and stopping it. Every
 broker has a state directory (``${KVCOMPASS_STATE:-~/.cache/kvcompass}/broker-<port>/``) holding
 ``server.properties``, ``data/``, ``broker.log`` (JVM output and the broker's log) and ``pid``;
@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import base64
 import ctypes
-import fcntl
-import hashlib
-import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -33,12 +29,28 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from kvcompass.errors import KVCompassError
+from pipeline.kafka_jars import (
+    INFRA_DIR,
+    BrokerError,
+    ToolMissingError,
+    fetch_jars,
+    jars_complete,
+    tail,
+)
+
+__all__ = [
+    "DEFAULT_PORT",
+    "DEFAULT_VERSION",
+    "BrokerError",
+    "LocalBroker",
+    "ToolMissingError",
+    "new_cluster_id",
+    "port_accepts",
+    "render_server_properties",
+]
 
 DEFAULT_VERSION = "4.1.1"
 DEFAULT_PORT = 19092
-INFRA_DIR = Path(__file__).resolve().parents[1] / "infra" / "local"
-_DEP_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 _PR_SET_PDEATHSIG = 1
 _STORAGE_TOOLS = ("kafka.tools.StorageTool", "org.apache.kafka.tools.StorageTool")
 _JVM_FLAGS = (
@@ -48,14 +60,6 @@ _JVM_FLAGS = (
     "-XX:+ExplicitGCInvokesConcurrent",
     "-Djava.awt.headless=true",
 )
-
-
-class BrokerError(KVCompassError):
-    """The local broker could not be fetched, formatted, started, reached or stopped."""
-
-
-class ToolMissingError(BrokerError):
-    """``java`` or ``mvn`` is not installed (or too old)."""
 
 
 def default_cache_dir(env: dict[str, str] | None = None) -> Path:
@@ -131,50 +135,9 @@ class LocalBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    # -- jars ------------------------------------------------------------------------------
-
     def fetch(self) -> Path:
         """Resolve the broker's runtime jars once; later calls (any process) reuse them."""
-        marker = self.lib_dir.parent / "complete.json"
-        if self._fetched(marker):
-            return self.lib_dir
-        mvn = shutil.which(self.mvn)
-        if mvn is None:
-            raise ToolMissingError(
-                f"expected Maven ({self.mvn!r}) on PATH to fetch Kafka {self.version} "
-                "from Maven Central; install it (Debian: apt-get install maven)"
-            )
-        self.lib_dir.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.lib_dir.parent / "fetch.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching the same version
-            if self._fetched(marker):
-                return self.lib_dir
-            tmp = self.lib_dir.parent / f"lib.tmp-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            cmd = [mvn, "-B", "-q", "-f", str(INFRA_DIR / "pom.xml"), _DEP_PLUGIN,
-                   "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
-                   f"-Dkafka.version={self.version}"]  # fmt: skip
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise BrokerError(
-                    f"mvn could not fetch Kafka {self.version} (exit {done.returncode}):\n"
-                    + _tail(done.stdout + done.stderr)
-                )
-            shutil.rmtree(self.lib_dir, ignore_errors=True)
-            tmp.rename(self.lib_dir)
-            jars = sorted(p.name for p in self.lib_dir.glob("*.jar"))
-            marker.write_text(json.dumps({"pom_sha256": _pom_digest(), "jars": jars}, indent=1))
-        return self.lib_dir
-
-    def _fetched(self, marker: Path) -> bool:
-        try:
-            info = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return info.get("pom_sha256") == _pom_digest() and all(
-            (self.lib_dir / jar).is_file() for jar in info.get("jars", [None])
-        )
+        return fetch_jars(self.lib_dir, self.version, self.mvn)
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -268,7 +231,7 @@ class LocalBroker:
             "state_dir": str(self.state_dir),
             "log_file": str(self.log_file),
             "lib_dir": str(self.lib_dir),
-            "fetched": self._fetched(self.lib_dir.parent / "complete.json"),
+            "fetched": jars_complete(self.lib_dir),
             "rss_kb": _rss_kb(pid) if pid is not None else None,
         }
 
@@ -340,17 +303,9 @@ class LocalBroker:
 
     def _log_tail(self) -> str:
         try:
-            return _tail(self.log_file.read_text(encoding="utf-8", errors="replace"))
+            return tail(self.log_file.read_text(encoding="utf-8", errors="replace"))
         except OSError:
             return "(no log)"
-
-
-def _tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _pom_digest() -> str:
-    return hashlib.sha256((INFRA_DIR / "pom.xml").read_bytes()).hexdigest()
 
 
 def _parent_death_signal() -> None:
