@@ -1,0 +1,92 @@
+"""RankBridge decisions: in-order apply, duplicates, gaps -> replay, lost gaps -> CLEARED and
+degraded until re-learned, engine restart; records fit the KvEvent Avro schema."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvcompass.keys import KeyNamespace, prompt_key
+from pipeline.codec import AvroCodec
+from pipeline.registry import InProcessRegistry
+from workers.bridge import Apply, NeedReplay, RankBridge, engine_seq
+from workers.protocol import Batch, Removed, Stored
+
+NS = KeyNamespace("test-model")
+TOKS = tuple(range(10, 26))
+
+
+def _bridge() -> RankBridge:
+    return RankBridge(3, 1, NS, [8, 16])
+
+
+def _store(seq: int, parent: int | None = None, first: int = 0, n: int = 2) -> Batch:
+    toks = TOKS[first * 4 : (first + n) * 4]
+    hashes = tuple(range(first + 1, first + n + 1))
+    return Batch(seq, 1000.0 + seq, None, (Stored(hashes, parent, toks, 4, "GPU"),))
+
+
+def test_in_order_batches_produce_stored_records__avro_valid() -> None:
+    b = _bridge()
+    (cleared,) = b.start(5)
+    step = b.offer(_store(0))
+    assert isinstance(step, Apply)
+    (rec,) = step.records
+    assert rec["op"] == "STORED" and rec["tier"] == "VRAM" and rec["worker_id"] == 3
+    assert rec["registration_lengths"] == [8]
+    assert rec["registration_keys"] == [prompt_key(NS, np.array(TOKS), 8)]
+    assert rec["token_ids"] == b"".join(t.to_bytes(4, "little") for t in TOKS[:8])
+    codec = AvroCodec(InProcessRegistry(), validate=True)
+    for r in (cleared, rec):
+        assert codec.decode(codec.encode("KvEvent", r))[1]["op"] == r["op"]
+
+
+def test_duplicate_is_skipped__seq_below_expected() -> None:
+    b = _bridge()
+    b.offer(_store(0))
+    b.offer(_store(1, 2, first=2))
+    step = b.offer(_store(1, 2, first=2))
+    assert step == Apply([]) and b.stats.duplicates == 1
+
+
+def test_gap_asks_replay_then_recovers__replayed_batches_applied_once() -> None:
+    b = _bridge()
+    b.offer(_store(0))
+    live = _store(2, 4, first=4, n=0)
+    assert b.offer(live) == NeedReplay(1)
+    recs = b.on_replay(1, [_store(0), _store(1, 2, first=2), live], now_ms=9)
+    assert [r["registration_lengths"] for r in recs] == [[16]]
+    assert b.stats.gaps_recovered == 1 and not b.stats.degraded
+    assert isinstance(b.offer(live), Apply) and b.expected == 3
+
+
+def test_gap_older_than_buffer_clears_and_degrades__until_root_store() -> None:
+    b = _bridge()
+    b.offer(_store(0))
+    recs = b.on_replay(1, [_store(5, 2, first=2)], now_ms=9)
+    assert [r["op"] for r in recs] == ["CLEARED"]  # the child store is an orphan now
+    assert b.stats.degraded and b.stats.gaps_lost == 1 and b.table.stats.orphan_blocks == 2
+    step = b.offer(_store(6))
+    assert isinstance(step, Apply) and step.records[0]["op"] == "STORED"
+    assert not b.stats.degraded
+
+
+def test_engine_restart_clears__seq_zero_after_progress() -> None:
+    b = _bridge()
+    b.offer(_store(0))
+    b.offer(Batch(1, 1001.0, None, (Removed((1, 2), "GPU"),)))
+    step = b.offer(_store(0))
+    assert isinstance(step, Apply)
+    assert [r["op"] for r in step.records] == ["CLEARED", "STORED"]
+    assert b.stats.engine_restarts == 1
+
+
+def test_malformed_frame_is_stepped_over__expected_advances() -> None:
+    b = _bridge()
+    b.offer(_store(0))
+    b.skip_malformed(1)
+    assert b.expected == 2 and b.stats.malformed == 1
+
+
+def test_engine_seq_is_increasing_and_unique__within_and_across_batches() -> None:
+    seqs = [engine_seq(1_796_000_000_000 + t, s, i) for t, s in ((0, 5), (1, 6)) for i in range(3)]
+    assert seqs == sorted(set(seqs)) and max(seqs) < 2**63

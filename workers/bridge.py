@@ -1,0 +1,296 @@
+"""KV-event bridge: one engine DP rank's ZMQ stream -> ``kv-events`` records (DESIGN §8).
+
+Owns the sequence discipline (in order, duplicate, gap -> replay, gap older than the engine's
+buffer -> CLEARED + degraded, engine restart), and turning block-table changes into KvEvent
+records. ``RankBridge`` is pure decisions over decoded batches (tested without sockets);
+``bridge_rank`` is the asyncio shell with the SUB and replay sockets.
+Must not: hash or track blocks itself (``block_table``), or decode frames (``protocol``).
+
+``engine_seq`` of a record (unique per worker, increasing, stable across re-deliveries and
+replays of the same engine batch, distinct after an engine restart)::
+
+    bits 62..22  engine batch timestamp, ms since the epoch (41 bits: until 2039)
+    bits 21..12  engine batch sequence number mod 1024
+    bits 11..0   index of the record within the batch (a batch yields < 4096 records)
+
+Records the bridge makes itself (CLEARED at start or after a lost gap) use the bridge's clock and
+index 4095.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from kvcompass.keys import KeyNamespace, PrefixHasher
+from workers.block_table import BlockTable, Change, Op
+from workers.protocol import Batch, ProtocolError, decode_pub, decode_replay, encode_seq
+
+log = logging.getLogger(__name__)
+_IDX_BITS = 12
+_SEQ_BITS = 10
+
+
+def engine_seq(ts_ms: int, seq: int, index: int) -> int:
+    idx = min(index, (1 << _IDX_BITS) - 1)
+    return (ts_ms << (_IDX_BITS + _SEQ_BITS)) | ((seq % (1 << _SEQ_BITS)) << _IDX_BITS) | idx
+
+
+@dataclass(slots=True)
+class BridgeStats:
+    batches: int = 0
+    malformed: int = 0
+    duplicates: int = 0
+    replays: int = 0
+    gaps_recovered: int = 0
+    gaps_lost: int = 0
+    engine_restarts: int = 0
+    records: int = 0
+    degraded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    records: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class NeedReplay:
+    from_seq: int
+
+
+class RankBridge:
+    """Decisions for one DP rank = one worker of the deployment."""
+
+    def __init__(
+        self,
+        worker_id: int,
+        region_id: int,
+        namespace: KeyNamespace,
+        registration_lengths: Sequence[int],
+    ) -> None:
+        self.worker_id = worker_id
+        self.region_id = region_id
+        self.namespace = namespace
+        self.table = BlockTable(PrefixHasher(namespace), registration_lengths)
+        self.expected: int | None = None
+        self.stats = BridgeStats()
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _base(self, op: Op, seq_value: int, ts_ms: int) -> dict[str, Any]:
+        return {
+            "worker_id": self.worker_id,
+            "region_id": self.region_id,
+            "model": self.namespace.model_id,
+            "sharing_group": self.namespace.sharing_group,
+            "op": op.value,
+            "tier": "NONE",
+            "token_count": 0,
+            "token_ids": None,
+            "block_hashes": [],
+            "parent_block_hash": None,
+            "block_size_tokens": 16,
+            "registration_lengths": None,
+            "registration_keys": None,
+            "engine_seq": seq_value,
+            "timestamp_ms": ts_ms,
+        }
+
+    def cleared_record(self, now_ms: int) -> dict[str, Any]:
+        return self._base(Op.CLEARED, engine_seq(now_ms, 0, (1 << _IDX_BITS) - 1), now_ms)
+
+    def _record(self, ch: Change, batch: Batch, index: int) -> dict[str, Any]:
+        ts_ms = int(batch.ts * 1000)
+        rec = self._base(ch.op, engine_seq(ts_ms, batch.seq, index), ts_ms)
+        if ch.op is Op.CLEARED:
+            return rec
+        first, last = ch.blocks[0], ch.blocks[-1]
+        rec.update(
+            tier=ch.tier.name,
+            token_count=last.end,
+            block_hashes=[b.block_hash for b in ch.blocks],
+            parent_block_hash=None if first.parent is None else first.parent.block_hash,
+            block_size_tokens=int(first.tokens.size),
+            registration_lengths=ch.lengths,
+            registration_keys=ch.keys,
+        )
+        if ch.op is Op.STORED:
+            rec["token_ids"] = last.prefix().astype("<i4").tobytes()
+        return rec
+
+    # -- sequence discipline -------------------------------------------------------------------
+
+    def start(self, now_ms: int) -> list[dict[str, Any]]:
+        """What we knew of this worker before is void: CLEARED, empty table."""
+        self.table.clear()
+        self.expected = None
+        return [self.cleared_record(now_ms)]
+
+    def _apply(self, batch: Batch) -> list[dict[str, Any]]:
+        self.stats.batches += 1
+        orphans = self.table.stats.orphan_blocks
+        changes = self.table.apply(batch.events)
+        self.expected = batch.seq + 1
+        records = [self._record(c, batch, i) for i, c in enumerate(changes)]
+        if (
+            self.stats.degraded
+            and self.table.stats.orphan_blocks == orphans
+            and any(c.op is Op.STORED for c in changes)
+        ):
+            self.stats.degraded = False
+            log.info("worker %d: re-learned its cache after a lost gap", self.worker_id)
+        self.stats.records += len(records)
+        return records
+
+    def offer(self, batch: Batch) -> Apply | NeedReplay:
+        """A live batch: apply it, skip it (duplicate), or ask for a replay first."""
+        exp = self.expected
+        if exp is None or batch.seq == exp:
+            return Apply(self._apply(batch))
+        if batch.seq < exp:
+            if batch.seq == 0:
+                self.stats.engine_restarts += 1
+                log.warning("worker %d: engine restarted (seq 0 after %d)", self.worker_id, exp)
+                return Apply(self.start(int(batch.ts * 1000)) + self._apply(batch))
+            self.stats.duplicates += 1
+            return Apply([])
+        return NeedReplay(exp)
+
+    def skip_malformed(self, seq: int | None) -> None:
+        """A frame we cannot decode is counted and stepped over (a replay would resend it)."""
+        self.stats.malformed += 1
+        if seq is not None and self.expected is not None and seq == self.expected:
+            self.expected = seq + 1
+
+    def on_replay(
+        self, from_seq: int, batches: Sequence[Batch], now_ms: int
+    ) -> list[dict[str, Any]]:
+        """Replayed batches from ``from_seq``; a hole at the front means the gap is lost."""
+        self.stats.replays += 1
+        wanted = [b for b in batches if b.seq >= from_seq]
+        out: list[dict[str, Any]] = []
+        lost = from_seq > 0 and (not wanted or wanted[0].seq != from_seq)
+        if from_seq == 0 and wanted and wanted[0].seq != 0:
+            lost = True  # the engine's buffer no longer starts at its first batch
+        if lost:
+            self.stats.gaps_lost += 1
+            self.stats.degraded = True
+            log.warning(
+                "worker %d: events from seq %d are older than the engine's replay buffer "
+                "(oldest %s); publishing CLEARED, degraded until it re-learns",
+                self.worker_id,
+                from_seq,
+                wanted[0].seq if wanted else "none",
+            )
+            out += self.start(now_ms)
+        elif wanted and from_seq > 0:
+            self.stats.gaps_recovered += 1
+        for b in wanted:
+            if self.expected is None or b.seq >= self.expected:
+                out += self._apply(b)
+        return out
+
+    def stats_dict(self) -> dict[str, Any]:
+        d = asdict(self.stats)
+        d.update({f"table_{k}": v for k, v in asdict(self.table.stats).items()})
+        d["table_blocks"] = len(self.table)
+        return d
+
+
+# -- asyncio shell -----------------------------------------------------------------------------
+
+Emit = Callable[[list[dict[str, Any]]], None]
+
+
+async def request_replay(
+    ctx: zmq.asyncio.Context, endpoint: str, from_seq: int, timeout_ms: int
+) -> list[Batch]:
+    """Ask the engine's ROUTER for every buffered batch from ``from_seq``. Malformed replies are
+    skipped (the caller sees a hole); a silent engine raises ``TimeoutError``."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    out: list[Batch] = []
+    try:
+        await sock.send_multipart([b"", encode_seq(from_seq)])
+        while True:
+            if not await sock.poll(timeout_ms):
+                raise TimeoutError(f"replay from {endpoint}: no reply within {timeout_ms} ms")
+            frames = await sock.recv_multipart()
+            try:
+                batch = decode_replay(frames)
+            except ProtocolError as exc:
+                log.warning("replay from %s: skipping malformed reply: %s", endpoint, exc)
+                continue
+            if batch is None:
+                return out
+            out.append(batch)
+    finally:
+        sock.close()
+
+
+async def bridge_rank(
+    bridge: RankBridge,
+    ctx: zmq.asyncio.Context,
+    events_endpoint: str,
+    replay_endpoint: str | None,
+    topic: str,
+    emit: Emit,
+    replay_timeout_ms: int = 2_000,
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Run one rank until cancelled: subscribe, CLEARED, replay from 0, then follow live."""
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
+    sub.connect(events_endpoint)
+
+    async def replay(from_seq: int) -> None:
+        now_ms = int(time.time() * 1000)
+        if replay_endpoint is None:
+            emit(bridge.on_replay(from_seq, [], now_ms))
+            return
+        try:
+            batches = await request_replay(ctx, replay_endpoint, from_seq, replay_timeout_ms)
+        except TimeoutError as exc:
+            log.warning("worker %d: %s", bridge.worker_id, exc)
+            batches = []
+        emit(bridge.on_replay(from_seq, batches, now_ms))
+
+    try:
+        emit(bridge.start(int(time.time() * 1000)))
+        if replay_endpoint is not None:
+            await replay(0)
+        if ready is not None:
+            ready.set()
+        while True:
+            frames = await sub.recv_multipart()
+            try:
+                batch = decode_pub(frames)
+            except ProtocolError as exc:
+                seq = None
+                if len(frames) == 3 and len(frames[1]) == 8:
+                    seq = int.from_bytes(frames[1], "big", signed=True)
+                bridge.skip_malformed(seq)
+                log.warning("worker %d: skipping malformed frame: %s", bridge.worker_id, exc)
+                continue
+            step = bridge.offer(batch)
+            if isinstance(step, NeedReplay):
+                await replay(step.from_seq)
+                step = bridge.offer(batch)
+                if isinstance(step, NeedReplay):  # the replay left a hole: the gap is lost
+                    emit(bridge.on_replay(step.from_seq, [], int(time.time() * 1000)))
+                    bridge.expected = None
+                    step = bridge.offer(batch)
+            if isinstance(step, Apply):
+                emit(step.records)
+    finally:
+        sub.close()
