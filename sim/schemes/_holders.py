@@ -61,31 +61,31 @@ class HolderHistory:
         w = batch.worker
         bit = self._bits[w]
         cur = self._cur
-        flipped: list[int] = []
-        for node in batch.stored_nodes.tolist():
-            m = cur.get(node, 0)
-            if not m & bit:
-                cur[node] = m | bit
-                flipped.append(node)
-        for node in batch.removed_nodes.tolist():
-            m = cur.get(node, 0)
-            if m & bit:
-                m &= ~bit
-                if m:
-                    cur[node] = m
-                else:
-                    del cur[node]
-                flipped.append(node)
-        if self._horizon <= 0.0 or not flipped:
+        get = cur.get
+        # Only real transitions count (a worker re-announcing a chunk changes nothing).
+        stored = [n for n in batch.stored_nodes.tolist() if not get(n, 0) & bit]
+        for n in stored:
+            cur[n] = get(n, 0) | bit
+        removed = [n for n in batch.removed_nodes.tolist() if get(n, 0) & bit]
+        clear = ~bit
+        for n in removed:
+            m = cur[n] & clear
+            if m:
+                cur[n] = m
+            else:
+                del cur[n]
+        if self._horizon <= 0.0 or not (stored or removed):
             return
         self._prune(t)
+        flipped = stored + removed
         self.n_flips += len(flipped)
         entry = (t, w)
         recent = self._recent
-        for node in flipped:
-            lst = recent.get(node)
+        rget = recent.get
+        for n in flipped:
+            lst = rget(n)
             if lst is None:
-                recent[node] = [entry]
+                recent[n] = [entry]
             else:
                 lst.append(entry)
         self._log.append((t, flipped))
@@ -94,15 +94,14 @@ class HolderHistory:
         oldest = now_ms - self._horizon
         log, recent = self._log, self._recent
         while log and log[0][0] < oldest:
+            # Batches leave in time order, so each node's oldest flip is this batch's own.
             _, nodes = log.popleft()
-            for node in nodes:
-                lst = recent.get(node)
-                if lst is None:
-                    continue
-                while lst and lst[0][0] < oldest:
+            for n in nodes:
+                lst = recent[n]
+                if len(lst) == 1:
+                    del recent[n]
+                else:
                     del lst[0]
-                if not lst:
-                    del recent[node]
 
     def mask(self, node: int, cutoff: list[float] | None) -> int:
         """Holders of ``node``: now (``cutoff`` None) or as of ``cutoff[region]`` per holder."""
@@ -129,17 +128,26 @@ class HolderHistory:
         """
         alive = allowed
         depth = 0
+        get = self._cur.get
+        rget = self._recent.get
+        region, bits = self._region, self._bits
         for node in nodes:
-            m = self.mask(node, cutoff) & alive
-            dead = alive & ~m
-            if dead and depth:
-                _write(dead, depth, out)
-            alive = m
-            if not alive:
-                return depth
+            m = get(node, 0)
+            if cutoff is not None:
+                lst = rget(node)
+                if lst:
+                    for t, w in lst:
+                        if t > cutoff[region[w]]:
+                            m ^= bits[w]
+            m &= alive
+            if m != alive:
+                if depth:
+                    _write(alive & ~m, depth, out)
+                if not m:
+                    return depth
+                alive = m
             depth += 1
-        if alive:
-            _write(alive, depth, out)
+        _write(alive, depth, out)
         return depth
 
 

@@ -68,7 +68,7 @@ class Dynamo(Scheme):
         self.n_regions = n
         self.one_way = [[ctx.network.one_way_ms(a, b) for b in range(n)] for a in range(n)]
         max_ow = max(max(row) for row in self.one_way)
-        self.holders = HolderHistory(region, 10.0 * self.BROADCAST_MS + 2.0 * max_ow)
+        self.holders = HolderHistory(region, 3.0 * self.BROADCAST_MS + 2.0 * max_ow)
         self.all_mask = bits_of(list(range(w_count)))
         beta = np.asarray(ctx.cost.prefill_ms_per_token, dtype=np.float64)
         wan = np.asarray(ctx.deployment.wan_matrix_ms, dtype=np.float64)
