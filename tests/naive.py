@@ -209,6 +209,87 @@ def ludo_table_invariants(table: LudoTable) -> list[str]:
 
 
 # =============================================================================================
+# kvcompass.router.score — the joint score, one worker at a time
+# =============================================================================================
+from dataclasses import dataclass as _dataclass  # noqa: E402
+
+from kvcompass.router import score as _rs  # noqa: E402
+
+
+@_dataclass(frozen=True, slots=True)
+class RouterScoreRef:
+    """What ``router_joint_score`` computes: the kernel's outputs, the slow way."""
+
+    scores: list[float]
+    lam: float
+    min_q: float
+    winner: int
+    local_holder: int
+    lost_to_load: bool
+    remote_holder: int
+    service_ms: float
+    claimed: int
+
+
+def router_joint_score(
+    prompt_tokens: int,
+    matched_tokens: NDArray[np.int64],
+    tiers: NDArray[np.uint8],
+    state: NDArray[np.float64],
+    params: NDArray[np.float64],
+) -> RouterScoreRef:
+    """Reference for ``_score_kernel``: the paper's formula written out per worker.
+
+    Ties go to the lower id as in the kernel.
+    """
+    n = len(matched_tokens)
+    beta = [float(x) for x in state[_rs.ROW_BETA]]
+    belief = [float(x) for x in state[_rs.ROW_BELIEF]]
+    est = [float(x) for x in state[_rs.ROW_QUEUE]]
+    pending = [float(x) for x in state[_rs.ROW_PENDING]]
+    wan = [float(x) for x in state[_rs.ROW_WAN]]
+    n1 = [float(x) for x in state[_rs.ROW_N1]]
+    local = [bool(x) for x in state[_rs.ROW_LOCAL]]
+    gamma, tau, lam_max = (float(params[i]) for i in (_rs.P_GAMMA, _rs.P_TAU, _rs.P_LAMBDA_MAX))
+    load_aware, xregion, tier_aware, use_belief, herding = (
+        bool(params[i]) for i in (_rs.P_LOAD, _rs.P_XREGION, _rs.P_TIER, _rs.P_BELIEF, _rs.P_HERD)
+    )
+
+    tq = [(est[r] + (pending[r] if herding else 0.0)) if load_aware else 0.0 for r in range(n)]
+    lam = min(lam_max, min(tq) / tau) if load_aware else 0.0
+    m = [int(matched_tokens[r]) if (local[r] or xregion) else 0 for r in range(n)]
+    b = [belief[r] if use_belief else 1.0 for r in range(n)]
+    reload = [
+        gamma * b[r] * m[r] if (tier_aware and m[r] > 0 and int(tiers[r]) == 2) else 0.0
+        for r in range(n)
+    ]
+    scores = [
+        wan[r] + tq[r] + (1 + lam) * beta[r] * (prompt_tokens - b[r] * m[r]) + reload[r]
+        for r in range(n)
+    ]
+    winner = min(range(n), key=lambda r: (scores[r], r))
+    holders = [r for r in range(n) if local[r] and m[r] > 0]
+    holder = min(holders, key=lambda r: (scores[r], r)) if holders else -1
+    lost = False
+    if holder >= 0 and not (local[winner] and m[winner] > 0):
+        lost = scores[holder] - tq[holder] <= scores[winner] - tq[winner]
+    remotes = [r for r in range(n) if not local[r] and xregion and m[r] > 0 and m[r] >= n1[r]]
+    remote = min(remotes, key=lambda r: (-m[r], wan[r], r)) if remotes else -1
+    service = beta[winner] * (prompt_tokens - b[winner] * m[winner]) + reload[winner]
+    return RouterScoreRef(
+        scores=scores,
+        lam=lam,
+        min_q=min(tq) if load_aware else 0.0,
+        winner=winner,
+        local_holder=holder,
+        lost_to_load=lost,
+        remote_holder=remote,
+        service_ms=service,
+        claimed=m[winner],
+    )
+
+
+# =============================================================================================
 # sim.cluster.kernels — two-tier chunk caches (the readable reference lives in the simulator)
 # =============================================================================================
 from sim.cluster.cache import CacheChange as ChunkChange  # noqa: E402, F401
