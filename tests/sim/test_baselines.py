@@ -470,3 +470,61 @@ def test_end_to_end__skywalker_stays_local_at_low_load(small_run: dict[str, Any]
     origin = small_run["requests"].origin
     local = dep.worker_region[res.record.worker] == origin
     assert local.mean() > 0.9
+
+
+def test_central_directory_in_flight_work__spreads_a_burst_over_idle_workers() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    burst = [ctx.requests.add([500 + i, 600 + i, 700 + i], origin=0) for i in range(4)]
+    cd = CentralDirectory(ctx)  # type: ignore[arg-type]
+    picks = [cd.route(r, 0.0).worker for r in burst]
+    # Cold prompts, idle cluster: without the in-flight term all four would pick one worker.
+    assert len(set(picks)) == 4
+    assert all(int(ctx.cluster.worker_region[w]) == 0 for w in picks)
+
+
+def test_planetserve_miss__stays_in_the_origin_region() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    ps = PlanetServe(ctx)  # type: ignore[arg-type]
+    for o in (0, 1, 2):
+        for k in range(10):
+            req = ctx.requests.add([1000 * (o + 1) + k], origin=o)
+            assert int(ctx.cluster.worker_region[ps.route(req, 0.0).worker]) == o
+
+
+def test_chord_virtual_nodes__every_worker_owns_a_share_of_the_ring() -> None:
+    ctx = FakeContext(builtin_deployment("paper-64x8"))
+    chord = Chord(ctx)  # type: ignore[arg-type]
+    assert len(chord.ids) == ctx.cluster.n_workers * chord.virtual
+    owners = np.bincount(
+        [chord.owner(0, mix64(k, 5)) for k in range(20000)], minlength=ctx.cluster.n_workers
+    )
+    assert owners.min() > 0 and owners.max() < 5 * owners.mean()
+
+
+def test_dynamo_decode_blocks__released_when_the_stream_ends() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    dy = Dynamo(ctx)  # type: ignore[arg-type]
+    req = ctx.requests.add([1, 2, 3, 4], origin=0, output=11)
+    w = dy.route(req, 0.0).worker
+    assert dy.own_prefill[0, w] == 4 and dy.own_decode[0, w] == 4
+    respond(dy, ctx, req, w, 50.0)  # first token: prefill blocks released
+    assert dy.own_prefill[0, w] == 0 and dy.own_decode[0, w] == 4
+    end = 50.0 + 10 * ctx.config.decode_ms_per_token
+    ctx.loop.run_until(end - 1.0)
+    assert dy.own_decode[0, w] == 4
+    ctx.loop.run_until(end)
+    assert dy.own_decode[0, w] == 0
+
+
+def test_skywalker_push__remote_lb_picks_its_longest_prefix_free_replica() -> None:
+    ctx = FakeContext(three_regions(wan=100.0, workers=(1, 3, 1)))
+    sw = SkyWalker(ctx)  # type: ignore[arg-type]
+    warm = ctx.requests.add([7, 8, 9], origin=1)
+    store(sw, ctx, 3, warm, 0.0)  # worker 3 = third replica of region b
+    busy = ctx.requests.add([1], origin=0)
+    assert sw.route(busy, 0.0).worker == 0
+    sw.start()
+    ctx.loop.run_until(150.0)
+    req = ctx.requests.add([7, 8, 9, 10], origin=0)
+    route = sw.route(req, 150.0)
+    assert (route.worker, route.claimed_tokens) == (3, 192)
