@@ -43,7 +43,7 @@ def test_lookup__equals_naive_twin__random_arrays(
     assert [v.lookup_one(k) for k in keys] == got
 
 
-@njit(cache=True)
+@njit  # no cache: test modules are imported by path (importlib mode)
 def _sum_lookups(params_arr, seeds, values, fps, locator, keys):  # type: ignore[no-untyped-def]
     total = np.uint64(0)
     for i in range(keys.shape[0]):
