@@ -105,7 +105,12 @@ def load_trace_workload(
     load_trace = importlib.import_module("sim.workloads").load_trace
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
     wl: Workload = load_trace(
-        path, fmt=fmt, block_size=block_size, n_regions=deployment.n_regions, rng=rng
+        path,
+        fmt=fmt,
+        block_size=block_size,
+        n_regions=deployment.n_regions,
+        rng=rng,
+        limit=n_requests or None,
     )
     if n_requests and n_requests < len(wl):
         wl = wl.slice(0, n_requests)

@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         config=base,
     )
-    _print_table(console, sets, Table)
+    _print_table(Console(width=200), sets, Table)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2, default=float))
