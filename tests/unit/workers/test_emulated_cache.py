@@ -1,0 +1,71 @@
+"""Emulated prefix cache: truthful hits per tier, capacities respected, policy order, and its
+events, fed to the bridge's block table, always reproduce the cache's own tier of every page."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcompass.keys import KeyNamespace, PrefixHasher
+from kvcompass.types import Tier
+from workers.block_table import BlockTable
+from workers.emulated.cache import PrefixCache
+from workers.protocol import decode_payload, encode_payload
+
+
+def test_shared_prefix_hits_in_vram__second_request() -> None:
+    c = PrefixCache(4, 64, 0)
+    assert c.admit(list(range(10))).cached_tokens == 0
+    adm = c.admit([*range(8), 99, 98, 97, 96])
+    assert (adm.device_hit_tokens, adm.host_hit_tokens, adm.new_tokens) == (8, 0, 4)
+
+
+def test_vram_overflow_moves_lru_page_to_dram__then_reloads_on_hit() -> None:
+    c = PrefixCache(4, 8, 8)
+    c.admit([1, 2, 3, 4, 5, 6, 7, 8])
+    c.admit([9, 9, 9, 9, 8, 8, 8, 8])
+    assert c.usage_tokens(Tier.VRAM) == 8 and c.usage_tokens(Tier.DRAM) == 8
+    adm = c.admit([1, 2, 3, 4, 5, 6, 7, 8])
+    assert (adm.device_hit_tokens, adm.host_hit_tokens) == (0, 8)
+    assert c.match([9, 9, 9, 9, 8, 8, 8, 8]) == (0, 8)
+
+
+def test_lfu_keeps_frequent_prefix__lru_would_not() -> None:
+    hot, cold, new = [1] * 4, [2] * 4, [3] * 4
+    for policy, survivor in (("lfu", hot), ("lru", cold)):
+        c = PrefixCache(4, 8, 0, policy)
+        for _ in range(3):
+            c.admit(hot)
+        c.admit(cold)
+        c.admit(new)
+        assert c.match(survivor) == (4, 0), policy
+
+
+def test_dram_overflow_drops_pages__no_capacity_exceeded() -> None:
+    c = PrefixCache(2, 4, 4)
+    for i in range(10):
+        c.admit([i, i, i, i])
+    assert c.usage_tokens(Tier.VRAM) <= 4 and c.usage_tokens(Tier.DRAM) <= 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prompts=st.lists(st.lists(st.integers(0, 2), min_size=0, max_size=12), max_size=25),
+    vram=st.integers(1, 6),
+    dram=st.integers(0, 6),
+    policy=st.sampled_from(["lru", "lfu"]),
+)
+def test_events_replayed_into_block_table_match_cache_tiers__any_workload(
+    prompts: list[list[int]], vram: int, dram: int, policy: str
+) -> None:
+    c = PrefixCache(2, 2 * vram, 2 * dram, policy)
+    table = BlockTable(PrefixHasher(KeyNamespace("m")), range(2, 40, 2))
+    for seq, p in enumerate(prompts):
+        adm = c.admit(p)
+        table.apply(decode_payload(seq, encode_payload(adm.events, 0, 0.0)).events)
+        nodes = [n for t in (Tier.VRAM, Tier.DRAM) for n in c._tier_nodes[t].values()]
+        assert len(table) == len(nodes)
+        for n in nodes:
+            b = table.get(n.block_hash)
+            assert b is not None and b.tier is n.tier
+    assert table.stats.orphan_blocks == 0 and table.stats.unknown_removed == 0

@@ -1,0 +1,205 @@
+"""The emulated worker's prefix cache: a radix tree over pages, in VRAM and host DRAM.
+
+Owns which pages the emulated engine holds and where, the eviction policy (LRU or LFU), the
+engine block hashes, and the KV events each change produces (``workers.protocol`` normal form,
+published by ``publisher``). Must not: sleep, publish, or know HTTP.
+
+Model (what SGLang's radix cache + HiCache do, reduced to what the events show):
+- A node is one full page (``page_size`` tokens); partial tail pages are never cached.
+- The VRAM nodes form a prefix-closed subtree: a match that reaches DRAM pages loads them back
+  (``BlockStored(GPU)`` + ``BlockRemoved(CPU_PINNED)``), and VRAM evicts only nodes without VRAM
+  children.
+- VRAM over capacity: the policy's victim is written back to DRAM (``BlockStored(CPU_PINNED)``
+  then ``BlockRemoved(GPU)``), or dropped when DRAM capacity is 0. DRAM over capacity: the victim
+  among DRAM leaves is dropped (``BlockRemoved(CPU_PINNED)``).
+- Pages of the request being admitted are never victims; when nothing else can go, the cache
+  runs over capacity until the next admission (engines stall instead; the events stay truthful).
+- Block hash of a page: blake2b-64 of (parent hash, page tokens), signed; the root's parent is
+  none. Victim search is a scan over the tier's nodes: fine at emulation sizes (thousands).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvcompass.errors import ConfigError
+from kvcompass.types import Tier
+from workers.protocol import Cleared, Event, Removed, Stored
+
+GPU, CPU = "GPU", "CPU_PINNED"
+
+
+def page_hash(parent: int | None, tokens: Sequence[int]) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    h.update(struct.pack("<q", 0 if parent is None else parent))
+    h.update(struct.pack(f"<{len(tokens)}i", *tokens))
+    return int.from_bytes(h.digest(), "big", signed=True)
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    page: tuple[int, ...]
+    parent: Node | None
+    block_hash: int
+    tier: Tier
+    last_use: int = 0
+    uses: int = 0
+    children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What one request found and changed."""
+
+    prompt_tokens: int
+    device_hit_tokens: int
+    host_hit_tokens: int
+    new_tokens: int
+    events: list[Event]
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.device_hit_tokens + self.host_hit_tokens
+
+
+class PrefixCache:
+    """Two-tier page radix tree; every mutation returns the KV events it caused."""
+
+    def __init__(
+        self, page_size: int, vram_tokens: int, dram_tokens: int, policy: str = "lru"
+    ) -> None:
+        if page_size < 1 or vram_tokens < page_size or dram_tokens < 0:
+            raise ConfigError(
+                f"cache: expected page_size >= 1, vram_tokens >= page_size, dram_tokens >= 0, "
+                f"got {page_size}, {vram_tokens}, {dram_tokens}"
+            )
+        if policy not in ("lru", "lfu"):
+            raise ConfigError(f"cache policy: expected 'lru' or 'lfu', got {policy!r}")
+        self.page_size = page_size
+        self.vram_pages = vram_tokens // page_size
+        self.dram_pages = dram_tokens // page_size
+        self.policy = policy
+        self._root: dict[tuple[int, ...], Node] = {}
+        self._tier_nodes: dict[Tier, dict[int, Node]] = {Tier.VRAM: {}, Tier.DRAM: {}}
+        self._clock = 0
+
+    def usage_tokens(self, tier: Tier) -> int:
+        return len(self._tier_nodes[tier]) * self.page_size
+
+    def _pages(self, tokens: Sequence[int]) -> list[tuple[int, ...]]:
+        p = self.page_size
+        return [tuple(tokens[i : i + p]) for i in range(0, len(tokens) - p + 1, p)]
+
+    def _walk(self, pages: list[tuple[int, ...]]) -> list[Node]:
+        path: list[Node] = []
+        level = self._root
+        for page in pages:
+            node = level.get(page)
+            if node is None:
+                break
+            path.append(node)
+            level = node.children
+        return path
+
+    def match(self, tokens: Sequence[int]) -> tuple[int, int]:
+        """``(device, host)`` tokens of the longest cached prefix; changes nothing."""
+        path = self._walk(self._pages(tokens))
+        dev = sum(1 for n in path if n.tier is Tier.VRAM) * self.page_size
+        return dev, len(path) * self.page_size - dev
+
+    def admit(self, tokens: Sequence[int]) -> Admission:
+        """Serve a prompt: reuse its cached prefix (loading DRAM pages), store the new pages."""
+        self._clock += 1
+        pages = self._pages(tokens)
+        path = self._walk(pages)
+        events: list[Event] = []
+        dev = host = 0
+        for node in path:
+            node.last_use, node.uses = self._clock, node.uses + 1
+            if node.tier is Tier.VRAM:
+                dev += self.page_size
+                continue
+            host += self.page_size
+            self._set_tier(node, Tier.VRAM)
+            events.append(self._stored([node], GPU))
+            events.append(Removed((node.block_hash,), CPU))
+        parent = path[-1] if path else None
+        fresh: list[Node] = []
+        for page in pages[len(path) :]:
+            parent_hash = None if parent is None else parent.block_hash
+            node = Node(page, parent, page_hash(parent_hash, page), Tier.VRAM)
+            node.last_use, node.uses = self._clock, 1
+            (parent.children if parent else self._root)[page] = node
+            self._tier_nodes[Tier.VRAM][id(node)] = node
+            fresh.append(node)
+            parent = node
+        if fresh:
+            events.append(self._stored(fresh, GPU))
+        keep = {id(n) for n in path} | {id(n) for n in fresh}
+        events += self._evict(keep)
+        new = len(fresh) * self.page_size
+        return Admission(len(tokens), dev, host, new, events)
+
+    def clear(self) -> list[Event]:
+        self._root.clear()
+        for nodes in self._tier_nodes.values():
+            nodes.clear()
+        return [Cleared()]
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _stored(self, nodes: list[Node], medium: str) -> Stored:
+        first = nodes[0]
+        toks = tuple(t for n in nodes for t in n.page)
+        parent = None if first.parent is None else first.parent.block_hash
+        return Stored(tuple(n.block_hash for n in nodes), parent, toks, self.page_size, medium)
+
+    def _set_tier(self, node: Node, tier: Tier) -> None:
+        self._tier_nodes[node.tier].pop(id(node), None)
+        node.tier = tier
+        self._tier_nodes[tier][id(node)] = node
+
+    def _victim(self, tier: Tier, keep: set[int]) -> Node | None:
+        best: Node | None = None
+        for node in self._tier_nodes[tier].values():
+            if id(node) in keep:
+                continue
+            if tier is Tier.VRAM and self.dram_pages > 0:
+                if any(c.tier is Tier.VRAM for c in node.children.values()):
+                    continue
+            elif node.children:
+                continue
+            if best is None or self._rank(node) < self._rank(best):
+                best = node
+        return best
+
+    def _rank(self, node: Node) -> tuple[int, int]:
+        return (node.uses, node.last_use) if self.policy == "lfu" else (node.last_use, node.uses)
+
+    def _drop(self, node: Node) -> None:
+        self._tier_nodes[node.tier].pop(id(node), None)
+        (node.parent.children if node.parent else self._root).pop(node.page, None)
+
+    def _evict(self, keep: set[int]) -> list[Event]:
+        events: list[Event] = []
+        while len(self._tier_nodes[Tier.VRAM]) > self.vram_pages:
+            node = self._victim(Tier.VRAM, keep)
+            if node is None:
+                break
+            if self.dram_pages > 0:
+                events.append(self._stored([node], CPU))
+                events.append(Removed((node.block_hash,), GPU))
+                self._set_tier(node, Tier.DRAM)
+            else:
+                events.append(Removed((node.block_hash,), GPU))
+                self._drop(node)
+        while len(self._tier_nodes[Tier.DRAM]) > self.dram_pages:
+            node = self._victim(Tier.DRAM, keep)
+            if node is None:
+                break
+            events.append(Removed((node.block_hash,), CPU))
+            self._drop(node)
+        return events

@@ -1,0 +1,303 @@
+"""HTTP front of the emulated SGLang worker: the endpoints this project uses, SGLang's shapes.
+
+Owns the request/response JSON of ``POST /generate`` (``input_ids`` or ``text``,
+``sampling_params.max_new_tokens``, ``stream`` as SSE, ``meta_info.cached_tokens`` and, on a hit,
+``meta_info.cached_tokens_details {device, host}``), ``/v1/completions`` and
+``/v1/chat/completions`` (with streaming; ``usage.prompt_tokens_details.cached_tokens``),
+``GET /v1/loads``, ``GET /server_info`` (with the ``kv_events`` block the sidecar discovers),
+``GET /health``, ``GET /v1/models``, ``POST /flush_cache``. Errors are 4xx JSON in the OpenAI
+error shape with the request id echoed (``X-Request-Id``). Must not: hold cache or timing logic.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from kvcompass.types import Tier
+from workers.emulated.cache import Admission
+from workers.emulated.engine import Engine, detokenize, tokenize
+
+VERSION = "0.5.23-kvcompass-emulated"
+ENGINE = web.AppKey("engine", Engine)
+INFO = web.AppKey("info", dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    model: str
+    page_size: int
+    dp_size: int
+    events_endpoint: str
+    replay_endpoint: str | None
+    topic: str
+
+    def as_json(self) -> dict[str, Any]:
+        cfg = {
+            "publisher": "zmq",
+            "endpoint": self.events_endpoint,
+            "replay_endpoint": self.replay_endpoint,
+            "topic": self.topic,
+        }
+
+        def port(ep: str | None) -> int | None:
+            return int(ep.rpartition(":")[2]) if ep and ep.startswith("tcp://") else None
+
+        return {
+            "model_path": self.model,
+            "served_model_name": self.model,
+            "page_size": self.page_size,
+            "dp_size": self.dp_size,
+            "enable_cache_report": True,
+            "kv_events_config": json.dumps(cfg),
+            "kv_events": {
+                **cfg,
+                "port": port(self.events_endpoint),
+                "replay_port": port(self.replay_endpoint),
+                "block_size": self.page_size,
+                "dp_size": self.dp_size,
+            },
+            "version": VERSION,
+        }
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _error(status: int, message: str, rid: str) -> web.Response:
+    body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
+    return web.json_response(body, status=status, headers={"X-Request-Id": rid})
+
+
+def _ids(value: Any, what: str) -> list[int]:
+    ok = isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in value
+    )
+    if not ok:
+        raise BadRequest(f"{what}: expected a list of non-negative int32 token ids")
+    return list(value)
+
+
+def _max_new(value: Any, default: int) -> int:
+    n = default if value is None else value
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise BadRequest(f"max tokens: expected an int >= 0, got {value!r}")
+    return n
+
+
+def _meta(rid: str, adm: Admission, out: int, start: float, done: bool) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "id": rid,
+        "prompt_tokens": adm.prompt_tokens,
+        "completion_tokens": out,
+        "cached_tokens": adm.cached_tokens,
+        "finish_reason": {"type": "length", "length": out} if done else None,
+        "e2e_latency": time.perf_counter() - start,
+    }
+    if adm.cached_tokens:
+        meta["cached_tokens_details"] = {
+            "device": adm.device_hit_tokens,
+            "host": adm.host_hit_tokens,
+        }
+    return meta
+
+
+async def _sse(request: web.Request, chunks: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    async for chunk in chunks:
+        await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def _run(
+    engine: Engine, tokens: list[int], max_new: int
+) -> tuple[Admission, AsyncIterator[int]]:
+    adm = await engine.prefill(tokens)
+
+    async def steps() -> AsyncIterator[int]:
+        try:
+            async for t in engine.decode(tokens, max_new):
+                yield t
+        finally:
+            engine.done()
+
+    return adm, steps()
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    rid = request.headers.get("X-Request-Id", uuid.uuid4().hex)
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise BadRequest("body: expected a JSON object")
+        rid = str(body.get("rid") or rid)
+        if "input_ids" in body:
+            tokens = _ids(body["input_ids"], "input_ids")
+        elif isinstance(body.get("text"), str):
+            tokens = tokenize(body["text"])
+        else:
+            raise BadRequest("expected 'input_ids' (list of ints) or 'text' (string)")
+        params = body.get("sampling_params") or {}
+        max_new = _max_new(params.get("max_new_tokens"), 128)
+    except (BadRequest, json.JSONDecodeError, AttributeError) as exc:
+        return _error(400, str(exc), rid)
+    start = time.perf_counter()
+    adm, steps = await _run(request.app[ENGINE], tokens, max_new)
+    out: list[int] = []
+    if body.get("stream"):
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            if max_new == 0:
+                yield {"text": "", "output_ids": [], "meta_info": _meta(rid, adm, 0, start, True)}
+            async for t in steps:
+                out.append(t)
+                meta = _meta(rid, adm, len(out), start, len(out) == max_new)
+                yield {"text": detokenize(out), "output_ids": list(out), "meta_info": meta}
+
+        return await _sse(request, chunks())
+    out = [t async for t in steps]
+    meta = _meta(rid, adm, len(out), start, True)
+    body_out = {"text": detokenize(out), "output_ids": out, "meta_info": meta}
+    return web.json_response(body_out, headers={"X-Request-Id": rid})
+
+
+def _chat_tokens(messages: Any) -> list[int]:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: expected a non-empty list")
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            raise BadRequest("messages: expected objects with string 'role' and 'content'")
+        parts.append(f"<|{m.get('role', 'user')}|>{m['content']}\n")
+    return tokenize("".join(parts) + "<|assistant|>")
+
+
+async def openai(request: web.Request) -> web.StreamResponse:
+    chat = request.path.endswith("/chat/completions")
+    rid = request.headers.get("X-Request-Id", uuid.uuid4().hex)
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise BadRequest("body: expected a JSON object")
+        if chat:
+            tokens = _chat_tokens(body.get("messages"))
+        else:
+            prompt = body.get("prompt")
+            tokens = tokenize(prompt) if isinstance(prompt, str) else _ids(prompt, "prompt")
+        max_new = _max_new(body.get("max_completion_tokens", body.get("max_tokens")), 16)
+    except (BadRequest, json.JSONDecodeError, AttributeError) as exc:
+        return _error(400, str(exc), rid)
+    engine = request.app[ENGINE]
+    model = str(request.app[INFO]["model_path"])
+    cid = ("chatcmpl-" if chat else "cmpl-") + rid
+    created = int(time.time())
+    kind = "chat.completion" if chat else "text_completion"
+    adm, steps = await _run(engine, tokens, max_new)
+
+    def usage(n: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": adm.prompt_tokens,
+            "completion_tokens": n,
+            "total_tokens": adm.prompt_tokens + n,
+            "prompt_tokens_details": {"cached_tokens": adm.cached_tokens},
+        }
+
+    def choice(text: str, finish: str | None, delta: bool) -> dict[str, Any]:
+        c: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+        if chat:
+            c["delta" if delta else "message"] = {"role": "assistant", "content": text}
+        else:
+            c["text"] = text
+        return c
+
+    if body.get("stream"):
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            n = 0
+            obj = kind + ".chunk" if chat else kind
+            async for t in steps:
+                n += 1
+                c = choice(detokenize([t]), None, True)
+                yield {"id": cid, "object": obj, "created": created, "model": model,
+                       "choices": [c]}  # fmt: skip
+            yield {"id": cid, "object": obj, "created": created, "model": model,
+                   "choices": [choice("", "length", True)], "usage": usage(n)}  # fmt: skip
+
+        return await _sse(request, chunks())
+    out = [t async for t in steps]
+    return web.json_response(
+        {"id": cid, "object": kind, "created": created, "model": model,
+         "choices": [choice(detokenize(out), "length", False)], "usage": usage(len(out))},
+        headers={"X-Request-Id": rid},
+    )  # fmt: skip
+
+
+async def loads(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    ld, cache = engine.loads, engine.cache
+    used = cache.usage_tokens(Tier.VRAM)
+    cap = cache.vram_pages * cache.page_size
+    return web.json_response(
+        {
+            "timestamp": time.time(),
+            "loads": [
+                {
+                    "dp_rank": 0,
+                    "num_running_reqs": ld.running,
+                    "num_waiting_reqs": ld.waiting,
+                    "num_waiting_uncached_tokens": ld.waiting_uncached_tokens,
+                    "num_used_tokens": used,
+                    "max_total_num_tokens": cap,
+                    "token_usage": used / cap if cap else 0.0,
+                    "total_prefill_busy_us": ld.prefill_busy_us,
+                    "total_prefill_uncached_tokens": ld.prefill_uncached_tokens,
+                    "num_requests": ld.requests,
+                }
+            ],
+        }
+    )
+
+
+async def server_info(request: web.Request) -> web.Response:
+    return web.json_response(request.app[INFO])
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(text="")
+
+
+async def models(request: web.Request) -> web.Response:
+    model = request.app[INFO]["model_path"]
+    return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    await request.app[ENGINE].flush()
+    return web.Response(text="Cache flushed.\n")
+
+
+def build_app(engine: Engine, info: ServerInfo) -> web.Application:
+    app = web.Application()
+    app[ENGINE] = engine
+    app[INFO] = info.as_json()
+    app.router.add_post("/generate", generate)
+    app.router.add_post("/v1/completions", openai)
+    app.router.add_post("/v1/chat/completions", openai)
+    app.router.add_get("/v1/loads", loads)
+    app.router.add_get("/server_info", server_info)
+    app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/flush_cache", flush_cache)
+    return app

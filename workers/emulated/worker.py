@@ -1,0 +1,116 @@
+"""``EmulatedWorker``: wires cache, cost model, publisher, engine and HTTP app, and runs them.
+
+Owns ``EmulatedConfig`` (one frozen config: model, page size, tier capacities, policy, costs,
+KV-events endpoints) and the lifecycle (bind, serve, close). Must not: hold request logic.
+Port 0 (HTTP) and ``tcp://127.0.0.1:*`` (ZMQ) bind free ports; ``/server_info`` advertises the
+bound addresses, so a sidecar can discover them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import zmq.asyncio
+from aiohttp import web
+
+from kvcompass.errors import ConfigError
+from workers.emulated.cache import PrefixCache
+from workers.emulated.costs import EmulatedCosts
+from workers.emulated.engine import Engine
+from workers.emulated.publisher import EventPublisher
+from workers.emulated.server import ServerInfo, build_app
+
+
+@dataclass(frozen=True, slots=True)
+class EmulatedConfig:
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    host: str = "127.0.0.1"
+    port: int = 30000
+    page_size_tokens: int = 16
+    vram_tokens: int = 262_144
+    dram_tokens: int = 1_048_576
+    policy: str = "lru"
+    events_endpoint: str = "tcp://*:5557"
+    replay_endpoint: str | None = "tcp://*:5558"
+    events_topic: str = "kv-events"
+    replay_buffer_steps: int = 10_000
+    replay_topic_frame: bool = True
+    """True: SGLang 0.5.23 replies [topic, seq, payload]; False: older [seq, payload]."""
+    costs: EmulatedCosts = field(default_factory=EmulatedCosts)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"port: expected 0..65535, got {self.port}")
+        if self.replay_buffer_steps < 1:
+            raise ConfigError(f"replay_buffer_steps: expected >= 1, got {self.replay_buffer_steps}")
+
+
+def _advertised(endpoint: str, host: str) -> str:
+    # A wildcard bind is reachable at the HTTP host, as SGLang's "tcp://*:5557" is.
+    return endpoint.replace("://*:", f"://{host}:").replace("://0.0.0.0:", f"://{host}:")
+
+
+class EmulatedWorker:
+    """``async with EmulatedWorker(cfg) as w:`` serves until the block exits."""
+
+    def __init__(self, config: EmulatedConfig) -> None:
+        self.config = config
+        self._ctx = zmq.asyncio.Context()
+        c = config
+        self.publisher = EventPublisher(
+            self._ctx,
+            c.events_endpoint,
+            c.replay_endpoint,
+            c.events_topic,
+            buffer_steps=c.replay_buffer_steps,
+            replay_topic_frame=c.replay_topic_frame,
+        )
+        cache = PrefixCache(c.page_size_tokens, c.vram_tokens, c.dram_tokens, c.policy)
+        self.engine = Engine(cache, c.costs, self.publisher)
+        replay = self.publisher.replay_endpoint
+        self.info = ServerInfo(
+            c.model,
+            c.page_size_tokens,
+            1,
+            _advertised(self.publisher.endpoint, c.host),
+            None if replay is None else _advertised(replay, c.host),
+            c.events_topic,
+        )
+        self._runner: web.AppRunner | None = None
+        self._replay_task: asyncio.Task[None] | None = None
+        self.url = ""
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(build_app(self.engine, self.info), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        port = int(self._runner.addresses[0][1])
+        self.url = f"http://{self.config.host}:{port}"
+        self._replay_task = asyncio.create_task(self.publisher.serve_replay())
+
+    async def close(self) -> None:
+        if self._replay_task is not None:
+            self._replay_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._replay_task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.publisher.close()
+        self._ctx.term()
+
+    async def __aenter__(self) -> EmulatedWorker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def serve_forever(self) -> None:
+        async with self:
+            await asyncio.Event().wait()
