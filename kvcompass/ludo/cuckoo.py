@@ -7,6 +7,11 @@ locator in step with every move) or allocate per operation.
 A bucket's keys sit at their view slots ``slot_of(key, seed)``; the seed (0..254) is chosen so the
 bucket's keys land on distinct slots. Paths are planned and every new seed computed BEFORE any
 move, so a failure (no path, no seed) leaves the table untouched.
+
+Numba note (applies to every kernel over ``TableState``): each function reads the arrays it needs
+out of ``st`` into locals at its top. Reading ``st.x`` inside a branch makes numba emit atomic
+reference-count updates there, which serialise the cache misses this code is bound by (measured
+~40x slower per call).
 """
 
 from __future__ import annotations
@@ -15,80 +20,92 @@ import numpy as np
 from numba import njit
 
 from kvcompass.ludo.hashing import Int, bucket_pair, slot_of
-from kvcompass.ludo.state import M_NB, M_STAMP, TableState
+from kvcompass.ludo.state import EMPTY, M_NB, M_STAMP, TableState
 
 MAX_SEED = 254
 MAX_DEPTH = 5
+_S8 = np.uint64(8)
 _S32 = np.uint64(32)
+_MASK8 = np.uint64(0xFF)
 _MASK32 = np.uint64(0xFFFFFFFF)
+_ZERO = np.uint64(0)
 # scratch layout: [0:5) keys, [8:13) entries, [16:21) values, [24:29) fps, [32:40) path buckets,
 # [40:48) path drop slots, [48:56) path seeds
 SK, SE, SV, SF, PB, PD, PS = 0, 8, 16, 24, 32, 40, 48
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def get_value(st: TableState, pos: Int) -> np.uint64:
-    if st.params[4] == 32:
-        return np.uint64(st.values[pos])
-    return np.uint64(st.values[2 * pos]) | (np.uint64(st.values[2 * pos + 1]) << _S32)
+    values = st.values
+    wide = st.params[4] == 64
+    if wide:
+        return np.uint64(values[2 * pos]) | (np.uint64(values[2 * pos + 1]) << _S32)
+    return np.uint64(values[pos])
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def put_value(st: TableState, pos: Int, v: np.uint64) -> None:
-    if st.params[4] == 32:
-        st.values[pos] = np.uint32(v & _MASK32)
+    values = st.values
+    wide = st.params[4] == 64
+    if wide:
+        values[2 * pos] = np.uint32(v & _MASK32)
+        values[2 * pos + 1] = np.uint32(v >> _S32)
     else:
-        st.values[2 * pos] = np.uint32(v & _MASK32)
-        st.values[2 * pos + 1] = np.uint32(v >> _S32)
+        values[pos] = np.uint32(v & _MASK32)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def get_fp(st: TableState, pos: Int) -> np.uint64:
+    fps = st.fps
     fb = st.params[5]
     if fb == 8:
-        return np.uint64(st.fps[pos])
+        return np.uint64(fps[pos])
     if fb == 16:
-        return np.uint64(st.fps[2 * pos]) | (np.uint64(st.fps[2 * pos + 1]) << np.uint64(8))
-    return np.uint64(0)
+        return np.uint64(fps[2 * pos]) | (np.uint64(fps[2 * pos + 1]) << _S8)
+    return _ZERO
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def put_fp(st: TableState, pos: Int, f: np.uint64) -> None:
+    fps = st.fps
     fb = st.params[5]
     if fb == 8:
-        st.fps[pos] = np.uint8(f & np.uint64(0xFF))
+        fps[pos] = np.uint8(f & _MASK8)
     elif fb == 16:
-        st.fps[2 * pos] = np.uint8(f & np.uint64(0xFF))
-        st.fps[2 * pos + 1] = np.uint8(f >> np.uint64(8))
+        fps[2 * pos] = np.uint8(f & _MASK8)
+        fps[2 * pos + 1] = np.uint8(f >> _S8)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def mark_bucket(st: TableState, b: Int) -> None:
-    if st.bdirty[b] == 0:
-        st.bdirty[b] = 1
-        st.blist[st.meta[M_NB]] = b
-        st.meta[M_NB] += 1
+    bdirty = st.bdirty
+    blist = st.blist
+    meta = st.meta
+    if bdirty[b] == 0:
+        bdirty[b] = 1
+        blist[meta[M_NB]] = b
+        meta[M_NB] += 1
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def find(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
-    """Slot position of ``key`` or -1."""
+    """Slot position of ``key`` or -1 (free slots hold ``EMPTY``, never a valid key)."""
+    skeys = st.skeys
     for s in range(4):
-        p = b0 * 4 + s
-        if st.sentry[p] >= 0 and st.skeys[p] == key:
-            return p
+        if skeys[b0 * 4 + s] == key:
+            return b0 * 4 + s
     for s in range(4):
-        p = b1 * 4 + s
-        if st.sentry[p] >= 0 and st.skeys[p] == key:
-            return p
+        if skeys[b1 * 4 + s] == key:
+            return b1 * 4 + s
     return -1
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def count(st: TableState, b: Int) -> Int:
+    skeys = st.skeys
     n = 0
     for s in range(4):
-        if st.sentry[b * 4 + s] >= 0:
+        if skeys[b * 4 + s] != EMPTY:
             n += 1
     return n
 
@@ -99,13 +116,15 @@ def choose_seed(st: TableState, b: Int, drop_pos: Int, extra_key: np.uint64) -> 
 
     Tries the current seed first (nothing moves), then 0..254; -1 if none works.
     """
+    skeys = st.skeys
+    scratch = st.scratch
     n = 0
     for s in range(4):
         p = b * 4 + s
-        if p != drop_pos and st.sentry[p] >= 0:
-            st.scratch[SK + n] = st.skeys[p]
+        if p != drop_pos and skeys[p] != EMPTY:
+            scratch[SK + n] = skeys[p]
             n += 1
-    st.scratch[SK + n] = extra_key
+    scratch[SK + n] = extra_key
     n += 1
     slot_seed = st.params[8]
     current = np.int64(st.seeds[b])
@@ -116,7 +135,7 @@ def choose_seed(st: TableState, b: Int, drop_pos: Int, extra_key: np.uint64) -> 
         used = np.int64(0)
         ok = True
         for i in range(n):
-            bit = np.int64(1) << slot_of(st.scratch[SK + i], slot_seed, np.uint64(sigma))
+            bit = np.int64(1) << slot_of(scratch[SK + i], slot_seed, np.uint64(sigma))
             if used & bit:
                 ok = False
                 break
@@ -139,48 +158,73 @@ def rewrite(
 ) -> None:
     """Re-lay bucket ``b`` with seed ``sigma``: its keys minus ``drop_pos`` plus ``(key, e, v, f)``.
 
-    Moves entries' ``epos``; the caller has checked that ``sigma`` puts them on distinct slots.
+    The caller has checked that ``sigma`` puts them on distinct slots.
     """
+    skeys = st.skeys
+    sentry = st.sentry
+    scratch = st.scratch
     n = 0
     for s in range(4):
         p = b * 4 + s
-        if p != drop_pos and st.sentry[p] >= 0:
-            st.scratch[SK + n] = st.skeys[p]
-            st.scratch[SE + n] = np.uint64(st.sentry[p])
-            st.scratch[SV + n] = get_value(st, p)
-            st.scratch[SF + n] = get_fp(st, p)
+        if p != drop_pos and skeys[p] != EMPTY:
+            scratch[SK + n] = skeys[p]
+            scratch[SE + n] = np.uint64(sentry[p])
+            scratch[SV + n] = get_value(st, p)
+            scratch[SF + n] = get_fp(st, p)
             n += 1
-        st.sentry[p] = -1
-        st.skeys[p] = 0
-        put_value(st, p, np.uint64(0))
-        put_fp(st, p, np.uint64(0))
-    st.scratch[SK + n] = key
-    st.scratch[SE + n] = np.uint64(e)
-    st.scratch[SV + n] = v
-    st.scratch[SF + n] = f
+        sentry[p] = -1
+        skeys[p] = EMPTY
+        put_value(st, p, _ZERO)
+        put_fp(st, p, _ZERO)
+    scratch[SK + n] = key
+    scratch[SE + n] = np.uint64(e)
+    scratch[SV + n] = v
+    scratch[SF + n] = f
     n += 1
     st.seeds[b] = np.uint8(sigma)
     slot_seed = st.params[8]
     for i in range(n):
-        k = st.scratch[SK + i]
+        k = scratch[SK + i]
         p = b * 4 + slot_of(k, slot_seed, np.uint64(sigma))
-        ent = np.int64(st.scratch[SE + i])
-        st.skeys[p] = k
-        st.sentry[p] = ent
-        put_value(st, p, st.scratch[SV + i])
-        put_fp(st, p, st.scratch[SF + i])
-        st.epos[ent] = p
+        skeys[p] = k
+        sentry[p] = np.int64(scratch[SE + i])
+        put_value(st, p, scratch[SV + i])
+        put_fp(st, p, scratch[SF + i])
     mark_bucket(st, b)
 
 
 @njit(cache=True)
 def plan_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
-    """BFS for a bucket with a free slot; writes the path root->free into scratch.
+    """Find room for ``key``: a root with a free slot, else BFS; writes the path into scratch.
 
-    Returns the path length d (1 = a root has room) or 0 if none within depth 5 or a seed
-    search on the path fails. Path bucket i is ``scratch[PB+i]``; ``scratch[PD+i]`` is the slot
-    of the key leaving it (for i < d-1); ``scratch[PS+i]`` is its new seed.
+    Returns the path length d (1 = a root has room) or 0 if there is none within depth 5 or a
+    seed search on the path fails. Path bucket i is ``scratch[PB+i]`` (root first);
+    ``scratch[PD+i]`` is the slot of the key leaving it (i < d-1); ``scratch[PS+i]`` its new seed.
     """
+    scratch = st.scratch
+    for r in range(2):  # common case first: a root has room, no BFS bookkeeping
+        root = b0 if r == 0 else b1
+        if count(st, root) < 4:
+            sigma = choose_seed(st, root, -1, key)
+            if sigma < 0:
+                return 0
+            scratch[PB] = np.uint64(root)
+            scratch[PS] = np.uint64(sigma)
+            return 1
+    return _bfs(st, key, b0, b1)
+
+
+@njit(cache=True)
+def _bfs(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
+    skeys = st.skeys
+    mark = st.mark
+    qbucket = st.qbucket
+    qparent = st.qparent
+    qslot = st.qslot
+    qdepth = st.qdepth
+    scratch = st.scratch
+    bucket_seed = st.params[6]
+    n_buckets = st.params[1]
     st.meta[M_STAMP] += 1
     stamp = st.meta[M_STAMP]
     tail = 0
@@ -188,48 +232,48 @@ def plan_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
         root = b0 if r == 0 else b1
         if r == 1 and b1 == b0:
             break
-        st.mark[root] = stamp
-        st.qbucket[tail] = root
-        st.qparent[tail] = -1
-        st.qslot[tail] = -1
-        st.qdepth[tail] = 1
+        mark[root] = stamp
+        qbucket[tail] = root
+        qparent[tail] = -1
+        qslot[tail] = -1
+        qdepth[tail] = 1
         tail += 1
     found = -1
     qi = 0
     while qi < tail:
-        x = st.qbucket[qi]
+        x = qbucket[qi]
         if count(st, x) < 4:
             found = qi
             break
-        if st.qdepth[qi] < MAX_DEPTH:
+        if qdepth[qi] < MAX_DEPTH:
             for s in range(4):
                 p = x * 4 + s
-                y0, y1 = bucket_pair(st.skeys[p], st.params[6], st.params[1])
+                y0, y1 = bucket_pair(skeys[p], bucket_seed, n_buckets)
                 alt = y1 if y0 == x else y0
-                if alt != x and st.mark[alt] != stamp:
-                    st.mark[alt] = stamp
-                    st.qbucket[tail] = alt
-                    st.qparent[tail] = qi
-                    st.qslot[tail] = p
-                    st.qdepth[tail] = st.qdepth[qi] + 1
+                if alt != x and mark[alt] != stamp:
+                    mark[alt] = stamp
+                    qbucket[tail] = alt
+                    qparent[tail] = qi
+                    qslot[tail] = p
+                    qdepth[tail] = qdepth[qi] + 1
                     tail += 1
         qi += 1
     if found < 0:
         return 0
-    d = st.qdepth[found]
+    d = qdepth[found]
     node = found
     for i in range(d - 1, -1, -1):
-        st.scratch[PB + i] = np.uint64(st.qbucket[node])
+        scratch[PB + i] = np.uint64(qbucket[node])
         if i > 0:
-            st.scratch[PD + i - 1] = np.uint64(st.qslot[node])
-        node = st.qparent[node]
+            scratch[PD + i - 1] = np.uint64(qslot[node])
+        node = qparent[node]
     # incoming key of bucket i is the key leaving bucket i-1 (or the new key for i = 0)
     for i in range(d):
-        x = np.int64(st.scratch[PB + i])
-        drop = np.int64(st.scratch[PD + i]) if i < d - 1 else -1
-        incoming = key if i == 0 else st.skeys[np.int64(st.scratch[PD + i - 1])]
+        x = np.int64(scratch[PB + i])
+        drop = np.int64(scratch[PD + i]) if i < d - 1 else -1
+        incoming = key if i == 0 else skeys[np.int64(scratch[PD + i - 1])]
         sigma = choose_seed(st, x, drop, incoming)
         if sigma < 0:
             return 0
-        st.scratch[PS + i] = np.uint64(sigma)
+        scratch[PS + i] = np.uint64(sigma)
     return np.int64(d)

@@ -43,7 +43,7 @@ _S64 = np.uint64(64)
 _ONE = np.uint64(1)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def mix64(key: np.uint64, seed: np.uint64) -> np.uint64:
     """Seeded splitmix64-style mixer; a bijection of ``key`` for a fixed seed."""
     z = (np.uint64(key) ^ np.uint64(seed)) * _GOLDEN
@@ -52,13 +52,13 @@ def mix64(key: np.uint64, seed: np.uint64) -> np.uint64:
     return z ^ (z >> _S31)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def reduce32(x: np.uint64, n: np.uint64) -> np.uint64:
     """Lemire's multiply-shift reduction of a 32-bit ``x`` into ``[0, n)``."""
     return (np.uint64(x) * np.uint64(n)) >> _S32
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def bucket_pair(key: np.uint64, bucket_seed: np.uint64, n_buckets: np.uint64) -> tuple[Int, Int]:
     """The key's two candidate buckets ``(b0, b1)``."""
     h = mix64(key, bucket_seed)
@@ -67,7 +67,7 @@ def bucket_pair(key: np.uint64, bucket_seed: np.uint64, n_buckets: np.uint64) ->
     return np.int64(b0), np.int64(b1)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def locator_cells(
     key: np.uint64, locator_seed: np.uint64, ma: np.uint64, mb: np.uint64
 ) -> tuple[Int, Int]:
@@ -78,14 +78,14 @@ def locator_cells(
     return np.int64(a), np.int64(b)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def slot_of(key: np.uint64, slot_seed: np.uint64, bucket_seed8: np.uint64) -> Int:
     """Slot (0..3) of ``key`` in a bucket whose 8-bit seed is ``bucket_seed8``."""
     s = np.uint64(slot_seed) ^ ((np.uint64(bucket_seed8) + _ONE) * _SEED_SPREAD)
     return np.int64(mix64(key, s) >> _S62)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def fingerprint(key: np.uint64, fp_seed: np.uint64, fp_bits: np.uint64) -> np.uint64:
     """Top ``fp_bits`` bits (8 or 16) of an independent hash of ``key``; 0 when ``fp_bits`` is 0."""
     if fp_bits == 0:

@@ -34,14 +34,14 @@ _S8 = np.uint64(8)
 _S32 = np.uint64(32)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def locator_bit(locator: NDArray[np.uint64], cell: Int) -> np.uint64:
     """Bit ``cell`` of the packed locator."""
     c = np.uint64(cell)
     return np.uint64((locator[c >> _S6] >> (c & _M63)) & _ONE)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def lookup_key(
     params_arr: NDArray[np.uint64],
     seeds: NDArray[np.uint8],

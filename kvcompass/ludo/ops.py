@@ -30,68 +30,71 @@ from kvcompass.ludo.cuckoo import (
     rewrite,
 )
 from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint
-from kvcompass.ludo.othello import add_edge, rebuild, remove_edge, set_bit, set_endpoints, want_bit
-from kvcompass.ludo.state import M_FREE_E, M_KICKS, M_LIVE, M_MAXLIVE, TableState
+from kvcompass.ludo.othello import add_key, rebuild, remove_edge, set_bit, want_bit
+from kvcompass.ludo.state import EMPTY, M_FREE_E, M_KICKS, M_LIVE, M_MAXLIVE, TableState
 
 OK, FULL, NO_PLACE, LOCATOR = 0, 1, 2, 3
+_ZERO = np.uint64(0)
 _PM = 56  # scratch[56:61): entry of the key entering path bucket i (i >= 1)
+_PK = 64  # scratch[64:69): that key
 
 
 @njit(cache=True)
 def remove_at(st: TableState, pos: Int) -> None:
     """Remove the key at slot ``pos``: empty slot (value 0), Othello edge gone, entry freed."""
-    e = st.sentry[pos]
-    st.sentry[pos] = -1
-    st.skeys[pos] = 0
-    put_value(st, pos, np.uint64(0))
-    put_fp(st, pos, np.uint64(0))
+    sentry = st.sentry
+    skeys = st.skeys
+    free_entries = st.free_entries
+    meta = st.meta
+    e = sentry[pos]
+    sentry[pos] = -1
+    skeys[pos] = EMPTY
+    put_value(st, pos, _ZERO)
+    put_fp(st, pos, _ZERO)
     mark_bucket(st, pos >> 2)
     remove_edge(st, e)
-    st.epos[e] = -1
-    st.free_entries[st.meta[M_FREE_E]] = e
-    st.meta[M_FREE_E] += 1
-    st.meta[M_LIVE] -= 1
+    free_entries[meta[M_FREE_E]] = e
+    meta[M_FREE_E] += 1
+    meta[M_LIVE] -= 1
 
 
 @njit(cache=True)
 def insert(st: TableState, key: np.uint64, v: np.uint64, b0: Int, b1: Int) -> Int:
     """Place a new key (cuckoo path if needed), then register it in the Othello."""
-    if st.meta[M_LIVE] >= st.meta[M_MAXLIVE]:
+    meta = st.meta
+    scratch = st.scratch
+    skeys = st.skeys
+    sentry = st.sentry
+    params = st.params
+    if meta[M_LIVE] >= meta[M_MAXLIVE]:
         return FULL
     d = plan_path(st, key, b0, b1)
     if d == 0:
         return NO_PLACE
     for i in range(1, d):
-        st.scratch[_PM + i] = np.uint64(st.sentry[np.int64(st.scratch[PD + i - 1])])
-    st.meta[M_FREE_E] -= 1
-    e = st.free_entries[st.meta[M_FREE_E]]
-    f = fingerprint(key, st.params[9], st.params[5])
+        src = np.int64(scratch[PD + i - 1])
+        scratch[_PM + i] = np.uint64(sentry[src])
+        scratch[_PK + i] = skeys[src]
+    meta[M_FREE_E] -= 1
+    e = st.free_entries[meta[M_FREE_E]]
+    f = fingerprint(key, params[9], params[5])
     for i in range(d - 1, -1, -1):  # deepest first: a source bucket is rewritten after its key left
-        x = np.int64(st.scratch[PB + i])
-        sigma = np.int64(st.scratch[PS + i])
-        drop = np.int64(st.scratch[PD + i]) if i < d - 1 else -1
+        x = np.int64(scratch[PB + i])
+        sigma = np.int64(scratch[PS + i])
+        drop = np.int64(scratch[PD + i]) if i < d - 1 else -1
         if i == 0:
             rewrite(st, x, sigma, drop, key, e, v, f)
         else:
-            src = np.int64(st.scratch[PD + i - 1])
-            rewrite(
-                st,
-                x,
-                sigma,
-                drop,
-                st.skeys[src],
-                st.sentry[src],
-                get_value(st, src),
-                get_fp(st, src),
-            )
-    st.meta[M_LIVE] += 1
-    st.meta[M_KICKS] += d - 1
-    for i in range(1, d):
-        moved = np.int64(st.scratch[_PM + i])
-        pos = st.epos[moved]
-        set_bit(st, moved, want_bit(st, st.skeys[pos], pos))
-    set_endpoints(st, e, key)
-    if not add_edge(st, e, want_bit(st, key, st.epos[e])) and not rebuild(st):
+            src = np.int64(scratch[PD + i - 1])
+            moved_v = get_value(st, src)
+            moved_f = get_fp(st, src)
+            rewrite(st, x, sigma, drop, skeys[src], sentry[src], moved_v, moved_f)
+    meta[M_LIVE] += 1
+    meta[M_KICKS] += d - 1
+    for i in range(1, d):  # each moved key now sits in its other candidate: flip its bit
+        bucket = np.int64(scratch[PB + i])
+        set_bit(st, np.int64(scratch[_PM + i]), want_bit(st, scratch[_PK + i], bucket))
+    if not add_key(st, e, key, np.int64(scratch[PB])) and not rebuild(st):
         return LOCATOR
     return OK
 
@@ -105,20 +108,20 @@ def update_batch(
     start: Int,
 ) -> tuple[Int, Int]:
     """Apply ops ``start..`` in order; returns ``(status, index of the stopping op or n)``."""
-    zero = np.uint64(0)
+    params = st.params
     for i in range(start, keys.shape[0]):
         key = keys[i]
-        b0, b1 = bucket_pair(key, st.params[6], st.params[1])
+        b0, b1 = bucket_pair(key, params[6], params[1])
         pos = find(st, key, b0, b1)
-        cur = get_value(st, pos) if pos >= 0 else zero
+        cur = get_value(st, pos) if pos >= 0 else _ZERO
         nv = (cur & ~clear_masks[i]) | set_bits[i]
         if pos >= 0:
-            if nv == zero:
+            if nv == _ZERO:
                 remove_at(st, pos)
             elif nv != cur:
                 put_value(st, pos, nv)
                 mark_bucket(st, pos >> 2)
-        elif nv != zero:
+        elif nv != _ZERO:
             status = insert(st, key, nv, b0, b1)
             if status != OK:
                 return status, i
@@ -128,12 +131,13 @@ def update_batch(
 @njit(cache=True)
 def clear_all(st: TableState, mask: np.uint64) -> None:
     """``v &= ~mask`` for every live key; keys whose value becomes 0 are removed."""
-    for pos in range(st.sentry.shape[0]):
-        if st.sentry[pos] < 0:
+    skeys = st.skeys
+    for pos in range(skeys.shape[0]):
+        if skeys[pos] == EMPTY:
             continue
         cur = get_value(st, pos)
         nv = cur & ~mask
-        if nv == np.uint64(0):
+        if nv == _ZERO:
             remove_at(st, pos)
         elif nv != cur:
             put_value(st, pos, nv)
@@ -143,7 +147,8 @@ def clear_all(st: TableState, mask: np.uint64) -> None:
 @njit(cache=True)
 def get_batch(st: TableState, keys: NDArray[np.uint64], out: NDArray[np.uint64]) -> None:
     """Exact values (0 = absent) from the keyed side."""
+    params = st.params
     for i in range(keys.shape[0]):
-        b0, b1 = bucket_pair(keys[i], st.params[6], st.params[1])
+        b0, b1 = bucket_pair(keys[i], params[6], params[1])
         pos = find(st, keys[i], b0, b1)
-        out[i] = get_value(st, pos) if pos >= 0 else np.uint64(0)
+        out[i] = get_value(st, pos) if pos >= 0 else _ZERO

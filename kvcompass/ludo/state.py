@@ -8,16 +8,17 @@ Layout, with ``B`` buckets, ``S = 4B`` slots, ``E = S`` entry ids, ``N = ma + mb
 
 * view part (exactly ``ViewArrays``): ``seeds``, ``values``, ``fps``, ``locator``; ``params`` is
   ``LudoParams.to_array()`` (the kernels rewrite index 7, the locator seed, on a rebuild).
-* cuckoo: ``skeys[S]`` the key in each slot, ``sentry[S]`` its entry id (-1 = empty slot). A key
-  sits at view slot ``slot_of(key, seeds[b])`` of its bucket, so bucket images are direct copies.
-* entries (one per live key, ids recycled through ``free_entries``): ``epos[E]`` the slot,
-  ``ea[E]``/``eb[E]`` the locator cells (the Othello edge).
-* Othello: half-edge ``2e`` sits in the list of node ``ea[e]``, ``2e+1`` in that of ``eb[e]``
-  (``head[N]``, ``hnext``/``hprev[2E]``, doubly linked for O(1) unlink). ``comp[N]`` labels the
-  tree of each node and ``csize[label]`` its node count; label ids are recycled (``free_labels``).
+* cuckoo: ``skeys[S]`` the key in each slot (``EMPTY = 2**64 - 1`` marks a free slot: keys are
+  < 2**63), ``sentry[S]`` its entry id. A key sits at view slot ``slot_of(key, seeds[b])`` of its
+  bucket, so bucket images are direct copies.
+* entries (one per live key, ids recycled through ``free_entries``) name Othello edges.
+* Othello: edge ``e`` has half-edges ``2e`` (in the list of its A-side cell) and ``2e+1`` (B-side);
+  ``half[3h:3h+3] = (next, prev, other endpoint)`` (one cache line per edge), ``head[N]`` the first
+  half-edge of each node (-1 = none). Doubly linked, so unlinking is O(1).
 * dirty sets (deduplicate images within one call): ``bdirty``/``blist`` buckets, ``wdirty``/
   ``wlist`` locator words; scratch for BFS (``qbucket``/``qparent``/``qslot``/``qdepth``, ``mark``
-  stamps) and tree walks (``stack``/``via``).
+  stamps) and the two-sided tree walks (``stack``/``via``/``seen``, ``2N`` each: side A uses
+  ``[0, N)``, side B ``[N, 2N)``).
 * ``meta``: int64 scalars at the ``M_*`` indices below; ``rng[0]``: splitmix64 state for new
   locator seeds.
 """
@@ -33,7 +34,7 @@ from kvcompass.ludo.params import LudoParams
 
 M_LIVE = 0  # live keys
 M_FREE_E = 1  # entries on the free stack
-M_FREE_L = 2  # labels on the free stack
+M_SEEN = 2  # nodes listed in ``seen`` by the last two-sided walk (its smaller side)
 M_STAMP = 3  # BFS visit stamp
 M_NB = 4  # dirty buckets listed
 M_NW = 5  # dirty words listed
@@ -42,6 +43,7 @@ M_MAXLIVE = 7  # an insert beyond this many keys asks for growth
 M_REBUILDS = 8  # locator rebuilds (statistics)
 M_KICKS = 9  # keys moved by cuckoo paths (statistics)
 META_LEN = 16
+EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 QUEUE_LEN = 1024  # BFS of depth 5 from 2 roots visits at most 2+8+32+128+512 = 682 buckets
 
 
@@ -55,16 +57,9 @@ class TableState(NamedTuple):
     locator: NDArray[np.uint64]
     skeys: NDArray[np.uint64]
     sentry: NDArray[np.int32]
-    epos: NDArray[np.int32]
-    ea: NDArray[np.int32]
-    eb: NDArray[np.int32]
-    hnext: NDArray[np.int32]
-    hprev: NDArray[np.int32]
+    half: NDArray[np.int32]
     head: NDArray[np.int32]
-    comp: NDArray[np.int32]
-    csize: NDArray[np.int32]
     free_entries: NDArray[np.int32]
-    free_labels: NDArray[np.int32]
     bdirty: NDArray[np.uint8]
     blist: NDArray[np.int32]
     wdirty: NDArray[np.uint8]
@@ -76,6 +71,7 @@ class TableState(NamedTuple):
     qdepth: NDArray[np.int32]
     stack: NDArray[np.int32]
     via: NDArray[np.int32]
+    seen: NDArray[np.int32]
     scratch: NDArray[np.uint64]
     meta: NDArray[np.int64]
     rng: NDArray[np.uint64]
@@ -95,18 +91,11 @@ def allocate_state(params: LudoParams, max_live: int, rng_seed: int) -> TableSta
         values=np.zeros(n_slots * params.value_words, np.uint32),
         fps=np.zeros(n_slots * params.fp_bytes, np.uint8),
         locator=np.zeros(n_words, np.uint64),
-        skeys=np.zeros(n_slots, np.uint64),
+        skeys=np.full(n_slots, EMPTY, np.uint64),
         sentry=np.full(n_slots, -1, np.int32),
-        epos=np.full(n_slots, -1, np.int32),
-        ea=np.zeros(n_slots, np.int32),
-        eb=np.zeros(n_slots, np.int32),
-        hnext=np.full(2 * n_slots, -1, np.int32),
-        hprev=np.full(2 * n_slots, -1, np.int32),
+        half=np.full(6 * n_slots, -1, np.int32),
         head=np.full(n_nodes, -1, np.int32),
-        comp=np.arange(n_nodes, dtype=np.int32),
-        csize=np.ones(n_nodes, np.int32),
         free_entries=np.arange(n_slots - 1, -1, -1, dtype=np.int32),
-        free_labels=np.zeros(n_nodes, np.int32),
         bdirty=np.zeros(params.n_buckets, np.uint8),
         blist=np.zeros(params.n_buckets, np.int32),
         wdirty=np.zeros(n_words, np.uint8),
@@ -116,9 +105,10 @@ def allocate_state(params: LudoParams, max_live: int, rng_seed: int) -> TableSta
         qparent=np.zeros(QUEUE_LEN, np.int32),
         qslot=np.zeros(QUEUE_LEN, np.int32),
         qdepth=np.zeros(QUEUE_LEN, np.int32),
-        stack=np.zeros(n_nodes, np.int32),
-        via=np.zeros(n_nodes, np.int32),
-        scratch=np.zeros(64, np.uint64),
+        stack=np.zeros(2 * n_nodes, np.int32),
+        via=np.zeros(2 * n_nodes, np.int32),
+        seen=np.zeros(2 * n_nodes, np.int32),
+        scratch=np.zeros(72, np.uint64),
         meta=meta,
         rng=np.array([rng_seed & ((1 << 64) - 1)], dtype=np.uint64),
     )

@@ -18,6 +18,7 @@ from kvcompass.ludo import ops
 from kvcompass.ludo.params import LudoParams
 from kvcompass.ludo.patches import PatchBatch, batch_from_arrays
 from kvcompass.ludo.state import (
+    EMPTY,
     M_ALLW,
     M_KICKS,
     M_LIVE,
@@ -152,7 +153,7 @@ class LudoTable:
     def items(self) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
         """All live ``(keys, values)``, in slot order."""
         st = self._st
-        occ = np.flatnonzero(st.sentry >= 0)
+        occ = np.flatnonzero(st.skeys != EMPTY)
         if self._params.value_words == 1:
             vals = st.values[occ].astype(np.uint64)
         else:
