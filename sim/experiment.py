@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kvcompass.deployment import Deployment
 from kvcompass.errors import ConfigError
@@ -77,15 +78,44 @@ def _generators() -> dict[str, Callable[..., Workload]]:
     }
 
 
+ORIGIN_WEIGHTS = ("workers", "uniform", "population")
+
+
+def origin_weights(deployment: Deployment, how: str) -> NDArray[np.float64] | None:
+    """Share of users per region.
+
+    ``workers`` (default): proportional to each region's worker count — the paper's per-region
+    capacity follows a deployment census, i.e. providers put capacity where demand is, so demand
+    is taken to follow capacity. ``uniform``: equal. ``population``: internet users of the
+    region's country (``sim.workloads.regions``; puts most users in the few-worker Asian regions).
+    """
+    if how == "uniform":
+        return None
+    if how == "workers":
+        w = np.array([r.n_workers for r in deployment.regions], dtype=np.float64)
+        return w / w.sum()
+    if how == "population":
+        from sim.workloads.regions import population_weights
+
+        return np.asarray(population_weights([r.name for r in deployment.regions]), np.float64)
+    raise ConfigError(f"origin weights: expected one of {ORIGIN_WEIGHTS}, got {how!r}")
+
+
 def make_workload(
-    name: str, n_requests: int, rate_per_s: float, deployment: Deployment, seed: int
+    name: str,
+    n_requests: int,
+    rate_per_s: float,
+    deployment: Deployment,
+    seed: int,
+    origins: str = "workers",
 ) -> Workload:
     """Draw ``n_requests`` of workload ``name`` at ``rate_per_s`` over the deployment's regions."""
     gens = _generators()
     if name not in gens:
         raise ConfigError(f"workload: expected one of {sorted(gens)}, got {name!r}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
-    return gens[name](n_requests, rate_per_s, deployment.n_regions, None, rng)
+    weights = origin_weights(deployment, origins)
+    return gens[name](n_requests, rate_per_s, deployment.n_regions, weights, rng)
 
 
 def load_trace_workload(
@@ -96,6 +126,7 @@ def load_trace_workload(
     n_requests: int,
     seed: int,
     rate_per_s: float | None,
+    origins: str = "workers",
 ) -> Workload:
     """Read a trace (``sim.workloads.load_trace``), assign regions, keep the first n requests.
 
@@ -109,6 +140,7 @@ def load_trace_workload(
         fmt=fmt,
         block_size=block_size,
         n_regions=deployment.n_regions,
+        region_weights=origin_weights(deployment, origins),
         rng=rng,
         limit=n_requests or None,
     )

@@ -53,6 +53,12 @@ def register(subparsers: Any) -> None:
         "--schemes", default="all", help="all | ablations | comma-separated scheme names"
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--origins",
+        default="workers",
+        choices=("workers", "uniform", "population"),
+        help="users per region: proportional to workers (default), uniform, or population",
+    )
     p.add_argument("--eviction", default=None, help="lru | lfu | fifo (default: per workload)")
     p.add_argument("--wan-jitter", type=float, default=0.0, help="WAN jitter fraction (0..1)")
     p.add_argument("--index-loss", type=float, default=0.0, help="index patch batch loss (0..1)")
@@ -136,9 +142,12 @@ def run(args: argparse.Namespace) -> int:
                     args.requests,
                     args.seed,
                     rate,
+                    args.origins,
                 )
             else:
-                wl = experiment.make_workload(wl_name, args.requests, rate, dep, args.seed)
+                wl = experiment.make_workload(
+                    wl_name, args.requests, rate, dep, args.seed, args.origins
+                )
             requests = None
             for value in values:
                 cfg = base

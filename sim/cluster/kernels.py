@@ -29,7 +29,7 @@ REMOVED = 3
 
 
 @njit(cache=True)
-def _hash(chunk: int, worker: int, mask: int) -> int:
+def _hash(chunk, worker, mask):  # type: ignore[no-untyped-def]
     x = np.uint64(chunk) * np.uint64(0x9E3779B97F4A7C15)
     x ^= np.uint64(worker + 1) * np.uint64(0xC2B2AE3D27D4EB4F)
     x ^= x >> np.uint64(29)
