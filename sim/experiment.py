@@ -92,8 +92,10 @@ def origin_weights(deployment: Deployment, how: str) -> NDArray[np.float64] | No
     if how == "uniform":
         return None
     if how == "workers":
-        w = np.array([r.n_workers for r in deployment.regions], dtype=np.float64)
-        return w / w.sum()
+        w: NDArray[np.float64] = np.array(
+            [r.n_workers for r in deployment.regions], dtype=np.float64
+        )
+        return w / float(w.sum())
     if how == "population":
         from sim.workloads.regions import population_weights
 
