@@ -8,16 +8,18 @@ A bucket's keys sit at their view slots ``slot_of(key, seed)``; the seed (0..254
 bucket's keys land on distinct slots. Paths are planned and every new seed computed BEFORE any
 move, so a failure (no path, no seed) leaves the table untouched.
 
-Numba note (applies to every kernel over ``TableState``): each function reads the arrays it needs
-out of ``st`` into locals at its top. Reading ``st.x`` inside a branch makes numba emit atomic
-reference-count updates there, which serialise the cache misses this code is bound by (measured
-~40x slower per call).
+Numba note (applies to every kernel here and in ``othello.py``/``ops.py``): hot functions take
+the arrays they use explicitly, and functions that take the ``TableState`` tuple read its arrays
+into locals at their top. Numba reference-counts tuple members at non-inlined calls and at
+``st.x`` reads inside branches; those atomic updates serialise the cache misses this code is bound
+by (measured 3-40x slower per call).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, slot_of
 from kvcompass.ludo.state import EMPTY, M_NB, M_STAMP, TableState
@@ -33,20 +35,22 @@ _ZERO = np.uint64(0)
 # [40:48) path drop slots, [48:56) path seeds
 SK, SE, SV, SF, PB, PD, PS = 0, 8, 16, 24, 32, 40, 48
 
+I32 = NDArray[np.int32]
+I64 = NDArray[np.int64]
+U8 = NDArray[np.uint8]
+U32 = NDArray[np.uint32]
+U64 = NDArray[np.uint64]
+
 
 @njit(cache=True)
-def get_value(st: TableState, pos: Int) -> np.uint64:
-    values = st.values
-    wide = st.params[4] == 64
+def get_value(values: U32, wide: bool, pos: Int) -> np.uint64:
     if wide:
         return np.uint64(values[2 * pos]) | (np.uint64(values[2 * pos + 1]) << _S32)
     return np.uint64(values[pos])
 
 
 @njit(cache=True)
-def put_value(st: TableState, pos: Int, v: np.uint64) -> None:
-    values = st.values
-    wide = st.params[4] == 64
+def put_value(values: U32, wide: bool, pos: Int, v: np.uint64) -> None:
     if wide:
         values[2 * pos] = np.uint32(v & _MASK32)
         values[2 * pos + 1] = np.uint32(v >> _S32)
@@ -55,9 +59,7 @@ def put_value(st: TableState, pos: Int, v: np.uint64) -> None:
 
 
 @njit(cache=True)
-def get_fp(st: TableState, pos: Int) -> np.uint64:
-    fps = st.fps
-    fb = st.params[5]
+def get_fp(fps: U8, fb: Int, pos: Int) -> np.uint64:
     if fb == 8:
         return np.uint64(fps[pos])
     if fb == 16:
@@ -66,9 +68,7 @@ def get_fp(st: TableState, pos: Int) -> np.uint64:
 
 
 @njit(cache=True)
-def put_fp(st: TableState, pos: Int, f: np.uint64) -> None:
-    fps = st.fps
-    fb = st.params[5]
+def put_fp(fps: U8, fb: Int, pos: Int, f: np.uint64) -> None:
     if fb == 8:
         fps[pos] = np.uint8(f & _MASK8)
     elif fb == 16:
@@ -77,10 +77,7 @@ def put_fp(st: TableState, pos: Int, f: np.uint64) -> None:
 
 
 @njit(cache=True)
-def mark_bucket(st: TableState, b: Int) -> None:
-    bdirty = st.bdirty
-    blist = st.blist
-    meta = st.meta
+def mark_bucket(bdirty: U8, blist: I32, meta: I64, b: Int) -> None:
     if bdirty[b] == 0:
         bdirty[b] = 1
         blist[meta[M_NB]] = b
@@ -88,9 +85,8 @@ def mark_bucket(st: TableState, b: Int) -> None:
 
 
 @njit(cache=True)
-def find(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
+def find(skeys: U64, key: np.uint64, b0: Int, b1: Int) -> Int:
     """Slot position of ``key`` or -1 (free slots hold ``EMPTY``, never a valid key)."""
-    skeys = st.skeys
     for s in range(4):
         if skeys[b0 * 4 + s] == key:
             return b0 * 4 + s
@@ -101,8 +97,7 @@ def find(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
 
 
 @njit(cache=True)
-def count(st: TableState, b: Int) -> Int:
-    skeys = st.skeys
+def count(skeys: U64, b: Int) -> Int:
     n = 0
     for s in range(4):
         if skeys[b * 4 + s] != EMPTY:
@@ -111,23 +106,28 @@ def count(st: TableState, b: Int) -> Int:
 
 
 @njit(cache=True)
-def choose_seed(st: TableState, b: Int, drop_pos: Int, extra_key: np.uint64) -> Int:
-    """Seed putting bucket ``b``'s keys (minus ``drop_pos``) plus ``extra_key`` on distinct slots.
+def choose_seed(
+    skeys: U64,
+    seeds: U8,
+    scratch: U64,
+    slot_seed: np.uint64,
+    b: Int,
+    drop: Int,
+    extra_key: np.uint64,
+) -> Int:
+    """Seed putting bucket ``b``'s keys (minus slot ``drop``) plus ``extra_key`` on distinct slots.
 
     Tries the current seed first (nothing moves), then 0..254; -1 if none works.
     """
-    skeys = st.skeys
-    scratch = st.scratch
     n = 0
     for s in range(4):
         p = b * 4 + s
-        if p != drop_pos and skeys[p] != EMPTY:
+        if p != drop and skeys[p] != EMPTY:
             scratch[SK + n] = skeys[p]
             n += 1
     scratch[SK + n] = extra_key
     n += 1
-    slot_seed = st.params[8]
-    current = np.int64(st.seeds[b])
+    current = np.int64(seeds[b])
     for t in range(-1, MAX_SEED + 1):
         sigma = current if t < 0 else t
         if t == current:
@@ -147,84 +147,88 @@ def choose_seed(st: TableState, b: Int, drop_pos: Int, extra_key: np.uint64) -> 
 
 @njit(cache=True)
 def rewrite(
-    st: TableState,
+    skeys: U64,
+    sentry: I32,
+    values: U32,
+    fps: U8,
+    seeds: U8,
+    scratch: U64,
+    bdirty: U8,
+    blist: I32,
+    meta: I64,
+    wide: bool,
+    fb: Int,
+    slot_seed: np.uint64,
     b: Int,
     sigma: Int,
-    drop_pos: Int,
+    drop: Int,
     key: np.uint64,
     e: Int,
     v: np.uint64,
     f: np.uint64,
 ) -> None:
-    """Re-lay bucket ``b`` with seed ``sigma``: its keys minus ``drop_pos`` plus ``(key, e, v, f)``.
+    """Re-lay bucket ``b`` with seed ``sigma``: its keys minus slot ``drop`` plus the new one.
 
     The caller has checked that ``sigma`` puts them on distinct slots.
     """
-    skeys = st.skeys
-    sentry = st.sentry
-    scratch = st.scratch
     n = 0
     for s in range(4):
         p = b * 4 + s
-        if p != drop_pos and skeys[p] != EMPTY:
+        if p != drop and skeys[p] != EMPTY:
             scratch[SK + n] = skeys[p]
             scratch[SE + n] = np.uint64(sentry[p])
-            scratch[SV + n] = get_value(st, p)
-            scratch[SF + n] = get_fp(st, p)
+            scratch[SV + n] = get_value(values, wide, p)
+            scratch[SF + n] = get_fp(fps, fb, p)
             n += 1
         sentry[p] = -1
         skeys[p] = EMPTY
-        put_value(st, p, _ZERO)
-        put_fp(st, p, _ZERO)
+        put_value(values, wide, p, _ZERO)
+        put_fp(fps, fb, p, _ZERO)
     scratch[SK + n] = key
     scratch[SE + n] = np.uint64(e)
     scratch[SV + n] = v
     scratch[SF + n] = f
     n += 1
-    st.seeds[b] = np.uint8(sigma)
-    slot_seed = st.params[8]
+    seeds[b] = np.uint8(sigma)
     for i in range(n):
         k = scratch[SK + i]
         p = b * 4 + slot_of(k, slot_seed, np.uint64(sigma))
         skeys[p] = k
         sentry[p] = np.int64(scratch[SE + i])
-        put_value(st, p, scratch[SV + i])
-        put_fp(st, p, scratch[SF + i])
-    mark_bucket(st, b)
+        put_value(values, wide, p, scratch[SV + i])
+        put_fp(fps, fb, p, scratch[SF + i])
+    mark_bucket(bdirty, blist, meta, b)
 
 
 @njit(cache=True)
-def plan_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
-    """Find room for ``key``: a root with a free slot, else BFS; writes the path into scratch.
-
-    Returns the path length d (1 = a root has room) or 0 if there is none within depth 5 or a
-    seed search on the path fails. Path bucket i is ``scratch[PB+i]`` (root first);
-    ``scratch[PD+i]`` is the slot of the key leaving it (i < d-1); ``scratch[PS+i]`` its new seed.
-    """
-    scratch = st.scratch
-    for r in range(2):  # common case first: a root has room, no BFS bookkeeping
+def root_path(
+    skeys: U64, seeds: U8, scratch: U64, slot_seed: np.uint64, key: np.uint64, b0: Int, b1: Int
+) -> Int:
+    """The common case: a root (b0 first) has a free slot. Path length 1, or 0 (both full)."""
+    for r in range(2):
         root = b0 if r == 0 else b1
-        if count(st, root) < 4:
-            sigma = choose_seed(st, root, -1, key)
+        if count(skeys, root) < 4:
+            sigma = choose_seed(skeys, seeds, scratch, slot_seed, root, -1, key)
             if sigma < 0:
-                return 0
+                continue
             scratch[PB] = np.uint64(root)
             scratch[PS] = np.uint64(sigma)
             return 1
-    return _bfs(st, key, b0, b1)
+    return 0
 
 
 @njit(cache=True)
-def _bfs(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
-    skeys = st.skeys
-    mark = st.mark
-    qbucket = st.qbucket
-    qparent = st.qparent
-    qslot = st.qslot
-    qdepth = st.qdepth
-    scratch = st.scratch
-    bucket_seed = st.params[6]
-    n_buckets = st.params[1]
+def bfs_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
+    """BFS (depth <= 5, visited set) for a bucket with room; writes the path into scratch.
+
+    Returns the path length d or 0 if there is none or a seed search on the path fails. Path
+    bucket i is ``scratch[PB+i]`` (root first); ``scratch[PD+i]`` is the slot of the key leaving
+    it (i < d-1); ``scratch[PS+i]`` is its new seed.
+    """
+    skeys, seeds, scratch, mark = st.skeys, st.seeds, st.scratch, st.mark
+    qbucket, qparent, qslot, qdepth = st.qbucket, st.qparent, st.qslot, st.qdepth
+    params = st.params
+    bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
     st.meta[M_STAMP] += 1
     stamp = st.meta[M_STAMP]
     tail = 0
@@ -242,7 +246,7 @@ def _bfs(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
     qi = 0
     while qi < tail:
         x = qbucket[qi]
-        if count(st, x) < 4:
+        if count(skeys, x) < 4:
             found = qi
             break
         if qdepth[qi] < MAX_DEPTH:
@@ -272,7 +276,7 @@ def _bfs(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
         x = np.int64(scratch[PB + i])
         drop = np.int64(scratch[PD + i]) if i < d - 1 else -1
         incoming = key if i == 0 else skeys[np.int64(scratch[PD + i - 1])]
-        sigma = choose_seed(st, x, drop, incoming)
+        sigma = choose_seed(skeys, seeds, scratch, slot_seed, x, drop, incoming)
         if sigma < 0:
             return 0
         scratch[PS + i] = np.uint64(sigma)

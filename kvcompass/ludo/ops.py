@@ -20,135 +20,292 @@ from kvcompass.ludo.cuckoo import (
     PB,
     PD,
     PS,
+    bfs_path,
     find,
     get_fp,
     get_value,
     mark_bucket,
-    plan_path,
     put_fp,
     put_value,
     rewrite,
+    root_path,
 )
-from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint
-from kvcompass.ludo.othello import add_key, rebuild, remove_edge, set_bit, want_bit
-from kvcompass.ludo.state import EMPTY, M_FREE_E, M_KICKS, M_LIVE, M_MAXLIVE, TableState
+from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint, locator_cells
+from kvcompass.ludo.othello import add_edge, rebuild, remove_edge, set_bit, want_bit
+from kvcompass.ludo.state import (
+    EMPTY,
+    M_FREE_E,
+    M_KICKS,
+    M_LIVE,
+    M_MAXLIVE,
+    TableState,
+)
 
 OK, FULL, NO_PLACE, LOCATOR = 0, 1, 2, 3
 _ZERO = np.uint64(0)
 _PM = 56  # scratch[56:61): entry of the key entering path bucket i (i >= 1)
 _PK = 64  # scratch[64:69): that key
 
+I32 = NDArray[np.int32]
+I64 = NDArray[np.int64]
+U8 = NDArray[np.uint8]
+U32 = NDArray[np.uint32]
+U64 = NDArray[np.uint64]
+
 
 @njit(cache=True)
-def remove_at(st: TableState, pos: Int) -> None:
+def remove_at(
+    skeys: U64,
+    sentry: I32,
+    values: U32,
+    fps: U8,
+    bdirty: U8,
+    blist: I32,
+    meta: I64,
+    free_entries: I32,
+    head: I32,
+    half: I32,
+    wide: bool,
+    fb: Int,
+    pos: Int,
+) -> None:
     """Remove the key at slot ``pos``: empty slot (value 0), Othello edge gone, entry freed."""
-    sentry = st.sentry
-    skeys = st.skeys
-    free_entries = st.free_entries
-    meta = st.meta
     e = sentry[pos]
     sentry[pos] = -1
     skeys[pos] = EMPTY
-    put_value(st, pos, _ZERO)
-    put_fp(st, pos, _ZERO)
-    mark_bucket(st, pos >> 2)
-    remove_edge(st, e)
+    put_value(values, wide, pos, _ZERO)
+    put_fp(fps, fb, pos, _ZERO)
+    mark_bucket(bdirty, blist, meta, pos >> 2)
+    remove_edge(head, half, e)
     free_entries[meta[M_FREE_E]] = e
     meta[M_FREE_E] += 1
     meta[M_LIVE] -= 1
 
 
 @njit(cache=True)
-def insert(st: TableState, key: np.uint64, v: np.uint64, b0: Int, b1: Int) -> Int:
-    """Place a new key (cuckoo path if needed), then register it in the Othello."""
-    meta = st.meta
-    scratch = st.scratch
-    skeys = st.skeys
-    sentry = st.sentry
-    params = st.params
-    if meta[M_LIVE] >= meta[M_MAXLIVE]:
-        return FULL
-    d = plan_path(st, key, b0, b1)
-    if d == 0:
-        return NO_PLACE
+def place(
+    params: U64,
+    skeys: U64,
+    sentry: I32,
+    values: U32,
+    fps: U8,
+    seeds: U8,
+    scratch: U64,
+    bdirty: U8,
+    blist: I32,
+    meta: I64,
+    free_entries: I32,
+    loc: U64,
+    head: I32,
+    half: I32,
+    wdirty: U8,
+    wlist: I32,
+    stack: I32,
+    via: I32,
+    seen: I32,
+    key: np.uint64,
+    v: np.uint64,
+    d: Int,
+) -> bool:
+    """Move keys along the planned path (deepest first), place ``key``, fix the Othello.
+
+    Returns False if the new key's edge would close a locator cycle (the key IS placed in the
+    buckets; the caller rebuilds the locator).
+    """
+    wide = params[4] == 64
+    fb = np.int64(params[5])
+    slot_seed = params[8]
     for i in range(1, d):
         src = np.int64(scratch[PD + i - 1])
         scratch[_PM + i] = np.uint64(sentry[src])
         scratch[_PK + i] = skeys[src]
     meta[M_FREE_E] -= 1
-    e = st.free_entries[meta[M_FREE_E]]
+    e = free_entries[meta[M_FREE_E]]
     f = fingerprint(key, params[9], params[5])
     for i in range(d - 1, -1, -1):  # deepest first: a source bucket is rewritten after its key left
         x = np.int64(scratch[PB + i])
         sigma = np.int64(scratch[PS + i])
         drop = np.int64(scratch[PD + i]) if i < d - 1 else -1
         if i == 0:
-            rewrite(st, x, sigma, drop, key, e, v, f)
+            mk, me, mv, mf = key, e, v, f
         else:
             src = np.int64(scratch[PD + i - 1])
-            moved_v = get_value(st, src)
-            moved_f = get_fp(st, src)
-            rewrite(st, x, sigma, drop, skeys[src], sentry[src], moved_v, moved_f)
+            mk, me = skeys[src], np.int64(sentry[src])
+            mv, mf = get_value(values, wide, src), get_fp(fps, fb, src)
+        rewrite(
+            skeys,
+            sentry,
+            values,
+            fps,
+            seeds,
+            scratch,
+            bdirty,
+            blist,
+            meta,
+            wide,
+            fb,
+            slot_seed,
+            x,
+            sigma,
+            drop,
+            mk,
+            me,
+            mv,
+            mf,
+        )
     meta[M_LIVE] += 1
     meta[M_KICKS] += d - 1
     for i in range(1, d):  # each moved key now sits in its other candidate: flip its bit
-        bucket = np.int64(scratch[PB + i])
-        set_bit(st, np.int64(scratch[_PM + i]), want_bit(st, scratch[_PK + i], bucket))
-    if not add_key(st, e, key, np.int64(scratch[PB])) and not rebuild(st):
-        return LOCATOR
-    return OK
+        want = want_bit(params, scratch[_PK + i], np.int64(scratch[PB + i]))
+        set_bit(
+            loc,
+            head,
+            half,
+            wdirty,
+            wlist,
+            meta,
+            stack,
+            via,
+            seen,
+            np.int64(scratch[_PM + i]),
+            want,
+        )
+    a, b = locator_cells(key, params[7], params[2], params[3])
+    want = want_bit(params, key, np.int64(scratch[PB]))
+    return add_edge(loc, head, half, wdirty, wlist, meta, stack, via, seen, e, a, b, want)
 
 
 @njit(cache=True)
 def update_batch(
     st: TableState,
-    keys: NDArray[np.uint64],
-    clear_masks: NDArray[np.uint64],
-    set_bits: NDArray[np.uint64],
+    keys: U64,
+    clear_masks: U64,
+    set_bits: U64,
     start: Int,
 ) -> tuple[Int, Int]:
     """Apply ops ``start..`` in order; returns ``(status, index of the stopping op or n)``."""
-    params = st.params
+    params, skeys, sentry, values, fps, seeds = (
+        st.params,
+        st.skeys,
+        st.sentry,
+        st.values,
+        st.fps,
+        st.seeds,
+    )
+    scratch, bdirty, blist, meta, free_entries = (
+        st.scratch,
+        st.bdirty,
+        st.blist,
+        st.meta,
+        st.free_entries,
+    )
+    loc, head, half, wdirty, wlist = st.locator, st.head, st.half, st.wdirty, st.wlist
+    stack, via, seen = st.stack, st.via, st.seen
+    wide = params[4] == 64
+    fb = np.int64(params[5])
+    bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
     for i in range(start, keys.shape[0]):
         key = keys[i]
-        b0, b1 = bucket_pair(key, params[6], params[1])
-        pos = find(st, key, b0, b1)
-        cur = get_value(st, pos) if pos >= 0 else _ZERO
+        b0, b1 = bucket_pair(key, bucket_seed, n_buckets)
+        pos = find(skeys, key, b0, b1)
+        cur = get_value(values, wide, pos) if pos >= 0 else _ZERO
         nv = (cur & ~clear_masks[i]) | set_bits[i]
         if pos >= 0:
             if nv == _ZERO:
-                remove_at(st, pos)
+                remove_at(
+                    skeys,
+                    sentry,
+                    values,
+                    fps,
+                    bdirty,
+                    blist,
+                    meta,
+                    free_entries,
+                    head,
+                    half,
+                    wide,
+                    fb,
+                    pos,
+                )
             elif nv != cur:
-                put_value(st, pos, nv)
-                mark_bucket(st, pos >> 2)
+                put_value(values, wide, pos, nv)
+                mark_bucket(bdirty, blist, meta, pos >> 2)
         elif nv != _ZERO:
-            status = insert(st, key, nv, b0, b1)
-            if status != OK:
-                return status, i
+            if meta[M_LIVE] >= meta[M_MAXLIVE]:
+                return FULL, i
+            d = root_path(skeys, seeds, scratch, slot_seed, key, b0, b1)
+            if d == 0:
+                d = bfs_path(st, key, b0, b1)
+                if d == 0:
+                    return NO_PLACE, i
+            if not place(
+                params,
+                skeys,
+                sentry,
+                values,
+                fps,
+                seeds,
+                scratch,
+                bdirty,
+                blist,
+                meta,
+                free_entries,
+                loc,
+                head,
+                half,
+                wdirty,
+                wlist,
+                stack,
+                via,
+                seen,
+                key,
+                nv,
+                d,
+            ) and not rebuild(st):
+                return LOCATOR, i
     return OK, keys.shape[0]
 
 
 @njit(cache=True)
 def clear_all(st: TableState, mask: np.uint64) -> None:
     """``v &= ~mask`` for every live key; keys whose value becomes 0 are removed."""
-    skeys = st.skeys
+    params, skeys, sentry, values, fps = st.params, st.skeys, st.sentry, st.values, st.fps
+    bdirty, blist, meta, free_entries = st.bdirty, st.blist, st.meta, st.free_entries
+    head, half = st.head, st.half
+    wide = params[4] == 64
+    fb = np.int64(params[5])
     for pos in range(skeys.shape[0]):
         if skeys[pos] == EMPTY:
             continue
-        cur = get_value(st, pos)
+        cur = get_value(values, wide, pos)
         nv = cur & ~mask
         if nv == _ZERO:
-            remove_at(st, pos)
+            remove_at(
+                skeys,
+                sentry,
+                values,
+                fps,
+                bdirty,
+                blist,
+                meta,
+                free_entries,
+                head,
+                half,
+                wide,
+                fb,
+                pos,
+            )
         elif nv != cur:
-            put_value(st, pos, nv)
-            mark_bucket(st, pos >> 2)
+            put_value(values, wide, pos, nv)
+            mark_bucket(bdirty, blist, meta, pos >> 2)
 
 
 @njit(cache=True)
-def get_batch(st: TableState, keys: NDArray[np.uint64], out: NDArray[np.uint64]) -> None:
+def get_batch(st: TableState, keys: U64, out: U64) -> None:
     """Exact values (0 = absent) from the keyed side."""
-    params = st.params
+    params, skeys, values = st.params, st.skeys, st.values
+    wide = params[4] == 64
     for i in range(keys.shape[0]):
         b0, b1 = bucket_pair(keys[i], params[6], params[1])
-        pos = find(st, keys[i], b0, b1)
-        out[i] = get_value(st, pos) if pos >= 0 else _ZERO
+        pos = find(skeys, keys[i], b0, b1)
+        out[i] = get_value(values, wide, pos) if pos >= 0 else _ZERO
