@@ -294,3 +294,9 @@ def router_joint_score(
 # =============================================================================================
 from sim.cluster.cache import CacheChange as ChunkChange  # noqa: E402, F401
 from sim.cluster.cache import PrefixCache as ChunkCacheTwin  # noqa: E402, F401
+
+
+# =============================================================================================
+# sim.schemes._holder_kernels — chunk holders with a flip log (readable reference in the sim)
+# =============================================================================================
+from sim.schemes._holders import HolderHistoryRef as HolderHistoryTwin  # noqa: E402, F401

@@ -35,6 +35,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import ClassVar
 
+import numpy as np
+from numpy.typing import NDArray
+
 from sim.schemes._holders import HolderHistory, mix64
 from sim.schemes.base import CacheEventBatch, Route, Scheme, SchemeContext
 
@@ -72,6 +75,10 @@ class HashPlacement(Scheme):
                 for v in range(self.VNODES)
             )
             self.rings.append(([p for p, _ in pts], [w for _, w in pts]))
+        # _delay_to[o][r]: how late an announcement from region r reaches an edge in region o.
+        self._delay_to = [
+            np.array([self.one_way[r][o] for r in range(n_regions)]) for o in range(n_regions)
+        ]
         max_delay = max(max(row) for row in self.one_way)
         horizon = 0.0 if self.LIVE_PRESENCE else 2.0 * max_delay + 1.0
         self.holders = HolderHistory(cluster.worker_region, horizon)
@@ -87,12 +94,11 @@ class HashPlacement(Scheme):
     def on_cache_events(self, batch: CacheEventBatch) -> None:
         self.holders.apply(batch)
 
-    def presence_cutoff(self, origin: int, now_ms: float) -> list[float] | None:
+    def presence_cutoff(self, origin: int, now_ms: float) -> NDArray[np.float64] | None:
         """Per holder region, the time up to which this edge knows the owners' caches."""
         if self.LIVE_PRESENCE:
             return None
-        row = self.one_way
-        return [now_ms - row[r][origin] for r in range(len(row))]
+        return now_ms - self._delay_to[origin]
 
     def lookup_ms(self, req: int, origin: int, owners: list[tuple[int, int]]) -> float:
         """Discovery latency of the (level, key) lookups; 0 for a ring known everywhere."""

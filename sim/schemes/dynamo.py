@@ -138,7 +138,7 @@ class Dynamo(Scheme):
         rq = self.ctx.requests
         origin = int(rq.origin[req])
         prompt = int(rq.prompt_len[req])
-        nodes = rq.nodes_of(req).tolist()
+        nodes = rq.nodes_of(req)
         depth = self._depth
         depth.fill(0)
         cutoff = [

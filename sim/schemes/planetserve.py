@@ -93,7 +93,7 @@ class PlanetServe(Scheme):
     def route(self, req: int, now_ms: float) -> Route:
         rq = self.ctx.requests
         origin = int(rq.origin[req])
-        nodes = rq.nodes_of(req).tolist()
+        nodes = rq.nodes_of(req)
         depth = self._depth
         depth.fill(0)
         row = self.one_way

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from sim.schemes._holders import HolderHistory, bits_of
 from sim.schemes.base import CacheEventBatch, Response, Route, Scheme, SchemeContext
@@ -104,7 +105,9 @@ class SkyWalker(Scheme):
 
     # -- decision ---------------------------------------------------------------------------
 
-    def _local_choice(self, region: int, nodes: list[int], now_ms: float, free_only: bool) -> int:
+    def _local_choice(
+        self, region: int, nodes: NDArray[np.int64], now_ms: float, free_only: bool
+    ) -> int:
         """Region's LB pick: longest match among free replicas, or fewest outstanding (-1: none)."""
         ws = self.local[region]
         depth = self._depth
@@ -122,7 +125,7 @@ class SkyWalker(Scheme):
     def route(self, req: int, now_ms: float) -> Route:
         rq = self.ctx.requests
         origin = int(rq.origin[req])
-        nodes = rq.nodes_of(req).tolist()
+        nodes = rq.nodes_of(req)
         w = self._local_choice(origin, nodes, now_ms, free_only=True)
         kind = 0.0
         if w >= 0:

@@ -528,3 +528,64 @@ def test_skywalker_push__remote_lb_picks_its_longest_prefix_free_replica() -> No
     req = ctx.requests.add([7, 8, 9, 10], origin=0)
     route = sw.route(req, 150.0)
     assert (route.worker, route.claimed_tokens) == (3, 192)
+
+
+# -- HolderHistory kernels vs the readable reference ------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from sim.schemes._holders import HolderHistory as FastHistory  # noqa: E402
+from sim.schemes._holders import HolderHistoryRef as HolderHistoryTwin  # noqa: E402
+
+_EVENT = st.tuples(
+    st.integers(0, 69),  # worker (two mask words when > 63)
+    st.floats(0.0, 40.0),  # time step
+    st.lists(st.integers(0, 40), max_size=8),  # stored chunk ids
+    st.lists(st.integers(0, 40), max_size=8),  # removed chunk ids
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    events=st.lists(_EVENT, min_size=1, max_size=60),
+    horizon=st.sampled_from([0.0, 30.0, 200.0]),
+    lags=st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3),
+    query=st.lists(st.integers(0, 40), min_size=1, max_size=10),
+)
+def test_holder_history_kernels__match_the_reference(
+    events: list[tuple[int, float, list[int], list[int]]],
+    horizon: float,
+    lags: list[float],
+    query: list[int],
+) -> None:
+    region = np.arange(70, dtype=np.int64) % 3
+    fast = FastHistory(region, horizon, capacity=8, ring=2)  # tiny: rebuilds and ring growth
+    ref = HolderHistoryTwin(region, horizon)
+    t = 0.0
+    for w, dt, stored, removed in events:
+        t += dt
+        batch = CacheEventBatch(
+            w,
+            t,
+            _NO,
+            1,
+            _NO,
+            _NO,
+            _NO,
+            np.array(stored, dtype=np.int64),
+            np.array(removed, dtype=np.int64),
+        )
+        fast.apply(batch)
+        ref.apply(batch)
+    # Cutoffs inside the horizon (older ones are clamped differently by design).
+    cut = [t - lag * horizon for lag in lags] if horizon > 0 else None
+    for node in range(41):
+        assert fast.mask(node, cut) == ref.mask(node, cut)
+    allowed = (1 << 70) - 1
+    out_f = np.zeros(70, dtype=np.int64)
+    out_r = np.zeros(70, dtype=np.int64)
+    got = fast.match(np.array(query, dtype=np.int64), allowed, cut, out_f)
+    want = ref.match(query, allowed, cut, out_r)
+    assert got == want
+    assert out_f.tolist() == out_r.tolist()
