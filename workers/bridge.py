@@ -13,6 +13,11 @@ replays of the same engine batch, distinct after an engine restart)::
     bits 21..12  engine batch sequence number mod 1024
     bits 11..0   index of the record within the batch (a batch yields < 4096 records)
 
+Degraded: after a lost gap the table is empty but the engine still holds pages we never saw;
+stores below them are orphans and removals of them unknown. The worker counts as re-learned
+after ``relearn_batches`` consecutive batches with neither (a heuristic: the engine cannot be
+asked for its whole cache). ``stats.degraded`` is the metric; both transitions are logged.
+
 Records the bridge makes itself (CLEARED at start or after a lost gap) use the bridge's clock and
 index 4095.
 """
@@ -75,8 +80,11 @@ class RankBridge:
         region_id: int,
         namespace: KeyNamespace,
         registration_lengths: Sequence[int],
+        relearn_batches: int = 64,
     ) -> None:
         self.worker_id = worker_id
+        self.relearn_batches = relearn_batches
+        self._clean = 0
         self.region_id = region_id
         self.namespace = namespace
         self.table = BlockTable(PrefixHasher(namespace), registration_lengths)
@@ -136,17 +144,21 @@ class RankBridge:
 
     def _apply(self, batch: Batch) -> list[dict[str, Any]]:
         self.stats.batches += 1
-        orphans = self.table.stats.orphan_blocks
+        ts = self.table.stats
+        misses = ts.orphan_blocks + ts.unknown_removed
         changes = self.table.apply(batch.events)
         self.expected = batch.seq + 1
         records = [self._record(c, batch, i) for i, c in enumerate(changes)]
-        if (
-            self.stats.degraded
-            and self.table.stats.orphan_blocks == orphans
-            and any(c.op is Op.STORED for c in changes)
-        ):
-            self.stats.degraded = False
-            log.info("worker %d: re-learned its cache after a lost gap", self.worker_id)
+        if self.stats.degraded:
+            clean = ts.orphan_blocks + ts.unknown_removed == misses
+            self._clean = self._clean + 1 if clean else 0
+            if self._clean >= self.relearn_batches:
+                self.stats.degraded = False
+                log.info(
+                    "worker %d: re-learned its cache (%d batches without unknown blocks)",
+                    self.worker_id,
+                    self._clean,
+                )
         self.stats.records += len(records)
         return records
 
@@ -183,6 +195,7 @@ class RankBridge:
         if lost:
             self.stats.gaps_lost += 1
             self.stats.degraded = True
+            self._clean = 0
             log.warning(
                 "worker %d: events from seq %d are older than the engine's replay buffer "
                 "(oldest %s); publishing CLEARED, degraded until it re-learns",

@@ -16,7 +16,7 @@ TOKS = tuple(range(10, 26))
 
 
 def _bridge() -> RankBridge:
-    return RankBridge(3, 1, NS, [8, 16])
+    return RankBridge(3, 1, NS, [8, 16], relearn_batches=2)
 
 
 def _store(seq: int, parent: int | None = None, first: int = 0, n: int = 2) -> Batch:
@@ -59,7 +59,7 @@ def test_gap_asks_replay_then_recovers__replayed_batches_applied_once() -> None:
     assert isinstance(b.offer(live), Apply) and b.expected == 3
 
 
-def test_gap_older_than_buffer_clears_and_degrades__until_root_store() -> None:
+def test_gap_older_than_buffer_clears_and_degrades__until_clean_batches() -> None:
     b = _bridge()
     b.offer(_store(0))
     recs = b.on_replay(1, [_store(5, 2, first=2)], now_ms=9)
@@ -67,6 +67,11 @@ def test_gap_older_than_buffer_clears_and_degrades__until_root_store() -> None:
     assert b.stats.degraded and b.stats.gaps_lost == 1 and b.table.stats.orphan_blocks == 2
     step = b.offer(_store(6))
     assert isinstance(step, Apply) and step.records[0]["op"] == "STORED"
+    assert b.stats.degraded  # one clean batch is not enough
+    b.offer(Batch(7, 1007.0, None, (Removed((99,), "GPU"),)))  # unknown block: not clean
+    b.offer(_store(8, 2, first=2))
+    assert b.stats.degraded
+    b.offer(_store(9, 4, first=4, n=1))
     assert not b.stats.degraded
 
 
