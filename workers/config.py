@@ -65,9 +65,11 @@ class SidecarConfig:
         url = urlparse(self.engine_url)
         if url.scheme not in ("http", "https") or not url.netloc:
             raise ConfigError(f"engine_url: expected http(s)://host:port, got {self.engine_url!r}")
-        offset_endpoint(self.events_endpoint, self.dp_size - 1)
-        if self.replay_endpoint is not None:
-            offset_endpoint(self.replay_endpoint, self.dp_size - 1)
+        for ep in (self.events_endpoint, self.replay_endpoint):
+            if ep is not None and not ep.startswith(("tcp://", "ipc://", "inproc://")):
+                raise ConfigError(f"endpoint: expected tcp://, ipc:// or inproc://, got {ep!r}")
+            if ep is not None:
+                offset_endpoint(ep, self.dp_size - 1)
 
     def events_endpoints(self) -> list[str]:
         """PUB endpoint of every DP rank."""

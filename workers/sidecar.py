@@ -121,13 +121,18 @@ def kv_emitter(
 
 
 async def run_migrations(
-    executor: MigrationExecutor, pipe: PipelineConfig, codec: AvroCodec, timeout_s: float
+    executor: MigrationExecutor,
+    pipe: PipelineConfig,
+    codec: AvroCodec,
+    timeout_s: float,
+    offset_reset: str = "latest",
 ) -> None:
+    """Every sidecar reads every migration (its own consumer group) and keeps its own."""
     consumer = AIOKafkaConsumer(
         pipe.topics.migrations,
         bootstrap_servers=pipe.bootstrap_servers,
-        group_id=f"kvcompass-migrate-w{executor.worker_id}",
-        auto_offset_reset="latest",
+        group_id=f"kvcompass-migrate-{pipe.topic_prefix}w{executor.worker_id}",
+        auto_offset_reset=offset_reset,
     )
     await consumer.start()
     try:

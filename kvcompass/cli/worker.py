@@ -1,0 +1,212 @@
+"""`kvcompass worker sidecar|bridge|load|migrate|emulate|sglang`: the worker-side processes.
+
+Parses flags into ``SidecarConfig`` / ``EmulatedConfig`` / ``PipelineConfig`` and starts the
+shells in ``workers/`` (imported lazily, inside each command). Long-lived loops run under
+asyncio and stop on SIGTERM/SIGINT. Must not: hold sidecar logic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Coroutine
+from typing import Any
+
+
+def _run(coro: Coroutine[Any, Any, None]) -> int:
+    async def main() -> None:
+        task = asyncio.ensure_future(coro)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    return 0
+
+
+def _sidecar_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--worker-id", type=int, required=True, help="global worker index (rank 0)")
+    p.add_argument("--deployment", default="paper-testbed-14x3", help="built-in name or TOML")
+    p.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct", help="key namespace")
+    p.add_argument("--model-config", default="", help="namespace: dtype, TP layout...")
+    p.add_argument("--sharing-group", default=None, help="namespace: tenant salt")
+    p.add_argument("--engine-url", default="http://127.0.0.1:30000")
+    p.add_argument("--events-endpoint", default="tcp://127.0.0.1:5557")
+    p.add_argument("--replay-endpoint", default="tcp://127.0.0.1:5558")
+    p.add_argument("--events-topic", default="kv-events", help="ZMQ topic of the engine")
+    p.add_argument("--page-size-tokens", type=int, default=16)
+    p.add_argument("--dp-size", type=int, default=1)
+    p.add_argument("--load-period-ms", type=int, default=200, help="Δ of the queue vector")
+    p.add_argument(
+        "--no-discover",
+        action="store_true",
+        help="use the endpoint flags instead of the engine's /server_info",
+    )
+    p.add_argument("--bootstrap-servers", default=None, help="Kafka (else env / default)")
+    p.add_argument("--topic-prefix", default=None)
+
+
+def _configs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    from kvcompass.cli.deployments import load_deployment
+    from pipeline.config import PipelineConfig
+    from workers.config import SidecarConfig
+
+    cfg = SidecarConfig(
+        worker_id=args.worker_id,
+        deployment=args.deployment,
+        model=args.model,
+        model_config=args.model_config,
+        sharing_group=args.sharing_group,
+        engine_url=args.engine_url,
+        events_endpoint=args.events_endpoint,
+        replay_endpoint=args.replay_endpoint or None,
+        events_topic=args.events_topic,
+        page_size_tokens=args.page_size_tokens,
+        dp_size=args.dp_size,
+        load_period_ms=args.load_period_ms,
+    )
+    base = {
+        k: v
+        for k, v in (
+            ("bootstrap_servers", args.bootstrap_servers),
+            ("topic_prefix", args.topic_prefix),
+        )
+        if v is not None
+    }
+    return cfg, PipelineConfig.from_env(os.environ, base), load_deployment(args.deployment)
+
+
+async def _sidecar(args: argparse.Namespace, loops: dict[str, bool]) -> None:
+    from pipeline.codec import AvroCodec
+    from pipeline.registry import registry_from_url
+    from workers.sidecar import apply_discovery, discover, run_sidecar
+    from workers.sink import KafkaSink
+
+    cfg, pipe, dep = _configs(args)
+    if not args.no_discover and loops.get("bridge", False):
+        cfg = apply_discovery(cfg, await discover(cfg.engine_url))
+    sink = KafkaSink(pipe.bootstrap_servers)
+    codec = AvroCodec(registry_from_url(pipe.schema_registry_url))
+    try:
+        await run_sidecar(cfg, pipe, dep, sink, codec, **loops)
+    finally:
+        sink.flush(10)
+
+
+def _cmd_sidecar(args: argparse.Namespace) -> int:
+    loops = {
+        "sidecar": {"bridge": True, "load": True, "migrate": True},
+        "bridge": {"bridge": True, "load": False, "migrate": False},
+        "load": {"bridge": False, "load": True, "migrate": False},
+        "migrate": {"bridge": False, "load": False, "migrate": True},
+    }[args.worker_action]
+    return _run(_sidecar(args, loops))
+
+
+def _cmd_emulate(args: argparse.Namespace) -> int:
+    from workers.emulated.costs import EmulatedCosts
+    from workers.emulated.worker import EmulatedConfig, EmulatedWorker
+
+    cfg = EmulatedConfig(
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        page_size_tokens=args.page_size,
+        vram_tokens=args.vram_tokens,
+        dram_tokens=args.dram_tokens,
+        policy=args.policy,
+        events_endpoint=args.events_endpoint,
+        replay_endpoint=args.replay_endpoint or None,
+        events_topic=args.events_topic,
+        costs=EmulatedCosts(
+            prefill_ms_per_token=args.prefill_ms_per_token,
+            decode_ms_per_token=args.decode_ms_per_token,
+            time_scale=args.time_scale,
+        ),
+    )
+    return _run(EmulatedWorker(cfg).serve_forever())
+
+
+def _wait_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"sglang exited with code {proc.returncode} before it was healthy")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(2)
+    raise SystemExit(f"sglang: no healthy /health at {url} within {timeout_s:.0f} s")
+
+
+def _cmd_sglang(args: argparse.Namespace) -> int:
+    from workers.sglang_launch import build_command
+
+    cfg, _, _ = _configs(args)
+    extra = [a for a in args.sglang_args if a != "--"]
+    cmd = build_command(cfg, extra, hierarchical_cache=not args.no_hierarchical_cache)
+    print(" ".join(cmd), file=sys.stderr)
+    if args.dry_run:
+        return 0
+    proc = subprocess.Popen(cmd)
+    try:
+        _wait_health(cfg.engine_url, proc, args.start_timeout_s)
+        loops = {"bridge": True, "load": True, "migrate": True}
+        return _run(_sidecar(args, loops))
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "worker",
+        help="worker sidecar (KV-event bridge, load reporter, migrations), emulated SGLang",
+        description="Processes beside each GPU worker (DESIGN §8).",
+    )
+    actions = p.add_subparsers(dest="worker_action", metavar="ACTION", required=True)
+    for name, text in (
+        ("sidecar", "bridge + load reporter + migration executor in one process"),
+        ("bridge", "only the KV-event bridge (engine ZMQ -> kv-events)"),
+        ("load", "only the load reporter (/v1/loads -> queue-vectors)"),
+        ("migrate", "only the migration executor (migrations -> prefill-only requests)"),
+    ):
+        a = actions.add_parser(name, help=text)
+        _sidecar_flags(a)
+        a.set_defaults(func=_cmd_sidecar)
+
+    e = actions.add_parser("emulate", help="an emulated SGLang worker (no GPU)")
+    e.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
+    e.add_argument("--host", default="127.0.0.1")
+    e.add_argument("--port", type=int, default=30000)
+    e.add_argument("--page-size", type=int, default=16)
+    e.add_argument("--vram-tokens", type=int, default=262_144)
+    e.add_argument("--dram-tokens", type=int, default=1_048_576)
+    e.add_argument("--policy", choices=("lru", "lfu"), default="lru")
+    e.add_argument("--events-endpoint", default="tcp://*:5557")
+    e.add_argument("--replay-endpoint", default="tcp://*:5558")
+    e.add_argument("--events-topic", default="kv-events")
+    e.add_argument("--prefill-ms-per-token", type=float, default=0.085)
+    e.add_argument("--decode-ms-per-token", type=float, default=10.0)
+    e.add_argument("--time-scale", type=float, default=1.0, help="multiplies every sleep")
+    e.set_defaults(func=_cmd_emulate)
+
+    s = actions.add_parser("sglang", help="start a real SGLang server with the sidecar beside it")
+    _sidecar_flags(s)
+    s.add_argument("--no-hierarchical-cache", action="store_true", help="no DRAM tier")
+    s.add_argument("--start-timeout-s", type=float, default=900.0)
+    s.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    s.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then SGLang's own args")
+    s.set_defaults(func=_cmd_sglang)
