@@ -18,7 +18,9 @@ What we model (``HashPlacement``, shared with ``sim.schemes.chord``):
 * Placement rule (what makes reuse happen without migration): the request goes to the owner of
   its longest level whose designated owner holds that prefix (a hit); on a miss at every level it
   goes to the owner of its first level, the family head, so the next request sharing that prefix
-  finds it there. A prompt shorter than the first level goes to a uniformly random worker.
+  finds it there. A prompt shorter than the first level has no key on any ring and nothing to
+  reuse, so it is served by a uniformly random worker of its own region (sending it across the
+  WAN would only add a round trip; this favours the baseline on short-prompt workloads).
   Only prefixes that sit at their designated node are found (§2.3): a copy on any other worker is
   invisible, and no load is ever considered (that is the design, and why hot families
   concentrate on one worker).
@@ -57,6 +59,10 @@ class HashPlacement(Scheme):
         self.n_workers = int(cluster.n_workers)
         self.chunk = int(cluster.chunk_tokens)
         self.worker_region = [int(r) for r in cluster.worker_region]
+        region = np.asarray(cluster.worker_region, dtype=np.int64)
+        self.region_workers = [
+            np.flatnonzero(region == r) for r in range(int(ctx.deployment.n_regions))
+        ]
         n_regions = int(ctx.deployment.n_regions)
         self.one_way = [
             [ctx.network.one_way_ms(a, b) for b in range(n_regions)] for a in range(n_regions)
@@ -118,7 +124,8 @@ class HashPlacement(Scheme):
             key = int(keys[pos])
             owners.append((self.owner(j, key), key))
         if not owners:
-            return Route(worker=int(self.ctx.rng.integers(self.n_workers)))
+            local = self.region_workers[origin]
+            return Route(worker=int(local[self.ctx.rng.integers(len(local))]))
         lookup = self.lookup_ms(req, origin, owners)
         nodes = rq.nodes_of(req)
         cutoff = self.presence_cutoff(origin, now_ms)

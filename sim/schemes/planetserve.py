@@ -23,8 +23,9 @@ What we model:
   the lowest latency factor is chosen; on a miss a uniformly random worker of the origin region
   (a geo-deployed scheduler would not ship an unmatched prompt across the WAN for nothing).
 * Load balancing: latency factors from the TTFT the edge observes on responses (``on_response``:
-  arrival at the edge minus request arrival), one window of 8 per worker shared by all
-  schedulers (the overlay's gossip, assumed instant: favourable). If the chosen worker's factor
+  arrival at the edge minus request arrival; the artifact uses end-to-end latency, whose decode
+  part depends on the output length, not on the worker's load), one window of 8 per worker
+  shared by all schedulers (the overlay's gossip, assumed instant: favourable). If the chosen worker's factor
   exceeds the 80th percentile of the non-zero factors, walk up: the deepest shallower holder
   whose factor is under the cutoff; none: the worker with the lowest non-zero factor.
 
