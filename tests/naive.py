@@ -300,3 +300,32 @@ from sim.cluster.cache import PrefixCache as ChunkCacheTwin  # noqa: E402, F401
 # sim.schemes._holder_kernels — chunk holders with a flip log (readable reference in the sim)
 # =============================================================================================
 from sim.schemes._holders import HolderHistoryRef as HolderHistoryTwin  # noqa: E402, F401
+
+
+# =============================================================================================
+# sim.workloads.tokens — block id -> pseudo-token ids (SplitMix64 stream per block)
+# =============================================================================================
+_M64 = (1 << 64) - 1
+
+
+def splitmix64_mix(z: int) -> int:
+    """SplitMix64 finaliser on Python ints (wrapping at 64 bits)."""
+    z &= _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def block_token(block_id: int, j: int, seed: int, vocab: int = 128256) -> int:
+    """Token j of block ``block_id``: output j of a SplitMix64 stream seeded by the block."""
+    s = splitmix64_mix(block_id ^ seed)
+    return splitmix64_mix(s + (j + 1) * 0x9E3779B97F4A7C15) % vocab
+
+
+def expand_blocks_naive(
+    block_ids: list[int], prompt_len: int, block_tokens: int, seed: int
+) -> list[int]:
+    """One prompt: token p is token (p mod block_tokens) of block p // block_tokens."""
+    return [
+        block_token(block_ids[p // block_tokens], p % block_tokens, seed) for p in range(prompt_len)
+    ]

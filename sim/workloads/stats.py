@@ -61,6 +61,13 @@ def _first_mask(values: np.ndarray) -> np.ndarray:
     return mask
 
 
+def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and their counts (sort-based: numpy's hash path is slow here)."""
+    s = np.sort(values)
+    edge = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1], [True]]))
+    return s[edge[:-1]], np.diff(edge)
+
+
 def sharing_stats(w: Workload, min_prefix_tokens: int = 0) -> SharingStats:
     """Infinite-cache reuse of ``w`` in arrival order; see the module docstring."""
     n = len(w)
@@ -77,8 +84,8 @@ def sharing_stats(w: Workload, min_prefix_tokens: int = 0) -> SharingStats:
         per_req = np.bincount(req, weights=np.where(reused, vol, 0), minlength=n)
         reused &= per_req[req] >= min_prefix_tokens
     local = ~_first_mask(pair)
-    uniq_pairs = np.unique(pair)
-    blocks_of_pairs, n_reg = np.unique(uniq_pairs // n_regions, return_counts=True)
+    uniq_pairs, _ = _sorted_unique(pair)
+    blocks_of_pairs, n_reg = _sorted_unique(uniq_pairs // n_regions)
     multi = n_reg[np.searchsorted(blocks_of_pairs, w.block_ids)] >= 2
 
     return SharingStats(
