@@ -20,12 +20,13 @@ What we model:
 * Blocks are the cluster's cache chunks (``chunk_tokens``, the KV-event granularity).
 * Router o's own region: KV events over the in-region hop (``HolderHistory`` as of
   ``now - in-region one-way``); its own decisions' active blocks, live.
-* Global view: every ``BROADCAST_MS`` (default 100 ms, the paper's Δ for KVCompass, so both
-  refresh equally often) each router sends every other region a snapshot of its region's radix
-  tree (modelled as "region r's tree as of the send time") and of the active blocks its own
-  decisions put on every worker, over ``network.send`` channel ``"queue"`` (WAN delay, jitter,
-  loss). Between broadcasts the remote part of the view is stale: that is the behaviour the paper
-  attributes Dynamo's tail to.
+* Global view: every ``period_ms`` (the run's ``RouterConfig.broadcast_period_ms`` when the
+  runner passes one, else ``BROADCAST_MS`` = 100 ms: the paper's Δ, so Dynamo and KVCompass
+  refresh equally often and a Δ sweep moves both) each router sends every other region a
+  snapshot of its region's radix tree (modelled as "region r's tree as of the send time") and of
+  the active blocks its own decisions put on every worker, over ``network.send`` channel
+  ``"queue"`` (WAN delay, jitter, loss). Between broadcasts the remote part of the view is
+  stale: that is the behaviour the paper attributes Dynamo's tail to.
 * Candidates: every worker of the deployment. Dynamo's cost has no network term; to make the
   geo deployment sensible (its best configuration) the added round trip is priced in prefill
   blocks: ``weight · RTT(o, r) / (β_r · chunk)``; ``WAN_AWARE = False`` drops it.
@@ -68,7 +69,9 @@ class Dynamo(Scheme):
         self.n_regions = n
         self.one_way = [[ctx.network.one_way_ms(a, b) for b in range(n)] for a in range(n)]
         max_ow = max(max(row) for row in self.one_way)
-        self.holders = HolderHistory(region, 3.0 * self.BROADCAST_MS + 2.0 * max_ow)
+        rc = getattr(ctx, "router_config", None)
+        self.period_ms = float(getattr(rc, "broadcast_period_ms", self.BROADCAST_MS))
+        self.holders = HolderHistory(region, 3.0 * self.period_ms + 2.0 * max_ow)
         self.all_mask = bits_of(list(range(w_count)))
         beta = np.asarray(ctx.cost.prefill_ms_per_token, dtype=np.float64)
         wan = np.asarray(ctx.deployment.wan_matrix_ms, dtype=np.float64)
@@ -93,7 +96,7 @@ class Dynamo(Scheme):
     # -- channels ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.ctx.schedule(self.BROADCAST_MS, self._broadcast)
+        self.ctx.schedule(self.period_ms, self._broadcast)
 
     def _broadcast(self, now_ms: float) -> None:
         send = self.ctx.network.send
@@ -102,7 +105,7 @@ class Dynamo(Scheme):
             for o in range(self.n_regions):
                 if o != r:
                     send("queue", r, o, now_ms, self._on_broadcast, (r, o, now_ms, pre, dec))
-        self.ctx.schedule(now_ms + self.BROADCAST_MS, self._broadcast)
+        self.ctx.schedule(now_ms + self.period_ms, self._broadcast)
 
     def _on_broadcast(self, at_ms: float, payload: Any) -> None:
         r, o, sent, pre, dec = payload

@@ -589,3 +589,16 @@ def test_holder_history_kernels__match_the_reference(
     want = ref.match(query, allowed, cut, out_r)
     assert got == want
     assert out_f.tolist() == out_r.tolist()
+
+
+def test_dynamo_broadcast_period__follows_the_runs_router_config() -> None:
+    from kvcompass.router.config import RouterConfig
+
+    ctx = FakeContext(three_regions())
+    assert Dynamo(ctx).period_ms == 100.0  # type: ignore[arg-type]
+    ctx.router_config = RouterConfig(broadcast_period_ms=40.0)  # type: ignore[attr-defined]
+    dy = Dynamo(ctx)  # type: ignore[arg-type]
+    dy.start()
+    ctx.loop.run_until(130.0)
+    assert dy.period_ms == 40.0
+    assert ctx.network.sent == 3 * 6  # broadcasts at 40, 80, 120 ms; 3 regions x 2 peers
