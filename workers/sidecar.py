@@ -149,6 +149,14 @@ async def run_migrations(
         await consumer.stop()
 
 
+async def log_stats(bridges: list[RankBridge], period_s: float = 30.0) -> None:
+    """The bridges' counters (degraded, orphans, gaps...) as one log line per rank per period."""
+    while True:
+        await asyncio.sleep(period_s)
+        for b in bridges:
+            log.info("bridge worker %d: %s", b.worker_id, json.dumps(b.stats_dict()))
+
+
 async def run_sidecar(
     cfg: SidecarConfig,
     pipe: PipelineConfig,
@@ -165,8 +173,10 @@ async def run_sidecar(
     try:
         async with asyncio.TaskGroup() as tg:
             if bridge:
+                bridges = make_bridges(cfg, dep)
+                tg.create_task(log_stats(bridges))
                 for b, ev, rp in zip(
-                    make_bridges(cfg, dep),
+                    bridges,
                     cfg.events_endpoints(),
                     cfg.replay_endpoints(),
                     strict=True,
