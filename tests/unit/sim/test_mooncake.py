@@ -1,0 +1,157 @@
+"""Mooncake trace reader (sim/workloads/mooncake.py) on the real trace and on malformed files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvcompass.errors import InvalidInputError
+from sim.workloads import load_trace
+from sim.workloads.mooncake import TraceFormatError, read_mooncake
+from sim.workloads.workload import Kind, Workload
+
+TRACE = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
+WEIGHTS = np.array([0.5, 0.3, 0.2])
+
+pytestmark = pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
+
+
+@pytest.fixture(scope="module")
+def trace() -> Workload:
+    return read_mooncake(TRACE, n_regions=3, region_weights=WEIGHTS, rng=np.random.default_rng(1))
+
+
+def _write(tmp_path: Path, lines: list[str]) -> Path:
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p
+
+
+def _rec(ts: float, inp: int, out: int, ids: list[int]) -> str:
+    return json.dumps({"timestamp": ts, "input_length": inp, "output_length": out, "hash_ids": ids})
+
+
+def test_real_trace__counts_lengths_and_shared_first_block(trace: Workload) -> None:
+    assert len(trace) == 12_031 and trace.block_tokens == 512
+    assert np.all(np.diff(trace.arrival_ms) >= 0) and trace.arrival_ms[-1] == 3_536_999.0
+    assert np.all(trace.block_ids[trace.block_offsets[:-1]] == 0)  # block 0 shared by all
+    assert int(np.median(trace.prompt_len)) == 6909
+    assert np.all(trace.tenant == -1)
+    # From the trace: 7,373 requests reuse at most block 0 of earlier requests (roots).
+    assert int(np.sum(trace.kind == Kind.TRACE_ROOT)) == 7373
+    assert int(np.sum(trace.kind == Kind.TRACE_FOLLOWUP)) == 12_031 - 7373
+
+
+def test_real_trace__equal_hash_prefix_gives_equal_tokens(trace: Workload) -> None:
+    rows = [tuple(int(b) for b in trace.blocks_of(i)) for i in range(2000)]
+    index: dict[tuple[int, ...], int] = {}
+    checked = 0
+    for i, row in enumerate(rows):
+        for k in range(len(row) - 1, 1, -1):
+            j = index.get(row[:k])
+            if j is not None and len(rows[j]) > k and rows[j][k] != row[k]:
+                a, b = trace.tokens_of(i), trace.tokens_of(j)
+                assert np.array_equal(a[: k * 512], b[: k * 512])
+                assert not np.array_equal(a[k * 512 : k * 512 + 16], b[k * 512 : k * 512 + 16])
+                checked += 1
+                break
+        for k in range(1, len(row) + 1):
+            index.setdefault(row[:k], i)
+    assert checked > 10
+
+
+def test_real_trace__roots_follow_weights_and_followups_inherit(trace: Workload) -> None:
+    roots = trace.kind == Kind.TRACE_ROOT
+    shares = np.bincount(trace.origin_region[roots], minlength=3) / roots.sum()
+    assert np.allclose(shares, WEIGHTS, atol=0.025)
+    # Naive session rule: inherit from the first carrier of the deepest previously-seen block.
+    first_carrier: dict[int, int] = {}
+    for i in range(len(trace)):
+        ids = [int(b) for b in trace.blocks_of(i)]
+        depth = 0
+        while depth < len(ids) and ids[depth] in first_carrier:
+            depth += 1
+        assert (trace.kind[i] == Kind.TRACE_ROOT) == (depth < 2)
+        if depth >= 2:
+            assert trace.origin_region[i] == trace.origin_region[first_carrier[ids[depth - 1]]]
+        for b in ids:
+            first_carrier.setdefault(b, i)
+
+
+def test_limit_time_scale_and_seed(trace: Workload) -> None:
+    small = read_mooncake(
+        TRACE,
+        n_regions=3,
+        region_weights=WEIGHTS,
+        rng=np.random.default_rng(1),
+        limit=200,
+        time_scale=0.5,
+    )
+    assert len(small) == 200
+    assert np.array_equal(small.prompt_len, trace.prompt_len[:200])
+    assert np.array_equal(small.arrival_ms, trace.arrival_ms[:200] * 0.5)
+    again = load_trace(
+        TRACE,
+        "mooncake",
+        n_regions=3,
+        region_weights=WEIGHTS,
+        rng=np.random.default_rng(1),
+        limit=200,
+        time_scale=0.5,
+    )
+    assert np.array_equal(again.origin_region, small.origin_region)
+
+
+def test_unsorted_timestamps__sorted_stably_and_sessions_follow_arrival(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        [
+            _rec(5, 1500, 1, [0, 1, 2]),  # arrives last: extends the request at t=1 -> follow-up
+            _rec(1, 1000, 2, [0, 1]),
+            "   ",
+            _rec(1, 600, 3, [0, 9]),
+        ],
+    )
+    w = read_mooncake(p, n_regions=4, rng=np.random.default_rng(0), block_size=512)
+    assert w.arrival_ms.tolist() == [1.0, 1.0, 5.0]
+    assert w.output_len.tolist() == [2, 3, 1]
+    assert w.kind.tolist() == [Kind.TRACE_ROOT, Kind.TRACE_ROOT, Kind.TRACE_FOLLOWUP]
+    assert w.origin_region[2] == w.origin_region[0]
+    assert w.blocks_of(2).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"timestamp": 1,', r"t\.jsonl:2: expected a JSON object, got invalid JSON"),
+        ("[1, 2]", r":2: expected a JSON object, got list"),
+        ('{"timestamp": 1, "input_length": 10, "output_length": 1}', r"missing \['hash_ids'\]"),
+        (_rec(1, "10", 1, [0]), r":2: input_length: expected an int >= 1, got '10'"),  # type: ignore[arg-type]
+        (_rec(1, True, 1, [0]), r"input_length: expected an int >= 1, got True"),
+        (_rec(1, 10, -1, [0]), r"output_length: expected an int >= 0, got -1"),
+        (_rec(-3, 10, 1, [0]), r"timestamp: expected a finite number >= 0, got -3"),
+        (_rec(1, 600, 1, [0]), r"expected ceil\(600/512\) = 2 ids for input_length 600, got 1"),
+        (_rec(1, 10, 1, [0.5]), r"hash_ids: expected a list of ints >= 0"),  # type: ignore[list-item]
+        (_rec(1, 10, 1, [-2]), r"hash_ids: expected a list of ints >= 0"),
+    ],
+)
+def test_malformed_line__trace_format_error_with_line_number(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    p = _write(tmp_path, [_rec(0, 10, 1, [0]), line])
+    with pytest.raises(TraceFormatError, match=message) as info:
+        read_mooncake(p, n_regions=1, rng=np.random.default_rng(0))
+    assert isinstance(info.value, InvalidInputError)
+
+
+def test_bad_options__rejected(tmp_path: Path) -> None:
+    p = _write(tmp_path, [_rec(0, 10, 1, [0])])
+    rng = np.random.default_rng(0)
+    with pytest.raises(InvalidInputError, match="time_scale"):
+        read_mooncake(p, n_regions=1, rng=rng, time_scale=0.0)
+    with pytest.raises(InvalidInputError, match="region_weights"):
+        read_mooncake(p, n_regions=2, rng=rng, region_weights=np.array([1.0]))
+    assert len(read_mooncake(p, n_regions=1, rng=rng, limit=0)) == 0
