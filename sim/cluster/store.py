@@ -36,15 +36,7 @@ class CacheStore:
         ht_size = 1 << max(4, int(2 * pool - 1).bit_length())
         self.mask = ht_size - 1
         self.ht = np.full(ht_size, -1, dtype=np.int64)
-        self.chunk = np.zeros(pool, dtype=np.int64)
-        self.worker = np.zeros(pool, dtype=np.int64)
-        self.tier = np.zeros(pool, dtype=np.int8)
-        self.k1 = np.zeros(pool, dtype=np.int64)
-        self.k2 = np.zeros(pool, dtype=np.int64)
-        self.depth = np.zeros(pool, dtype=np.int64)
-        self.owner = np.zeros(pool, dtype=np.int64)
-        self.touch = np.zeros(pool, dtype=np.int64)
-        self.hpos = np.zeros(pool, dtype=np.int64)
+        self.nodes = np.zeros((pool, k.N_COLS), dtype=np.int64)
         self.free = np.arange(pool - 1, -1, -1, dtype=np.int64)
         self.n_free = np.array([pool], dtype=np.int64)
         width = max(vram_chunks, dram_chunks) + max_chunks + 2
@@ -78,8 +70,7 @@ class CacheStore:
         """
         self._check(worker, chunks)
         m, m_dram, n = k._serve(
-            self.ht, self.mask, self.chunk, self.worker, self.tier, self.k1, self.k2,
-            self.depth, self.owner, self.touch, self.hpos, self.free, self.n_free,
+            self.ht, self.mask, self.nodes, self.free, self.n_free,
             self.heap, self.size, self.count, self.cap, self.tick,
             worker, chunks, req, tier, promote, self.lfu, self.fifo,
             self.o_kind, self.o_chunk, self.o_depth, self.o_owner,
@@ -89,7 +80,7 @@ class CacheStore:
     def match(self, worker: int, chunks: NDArray[np.int64]) -> tuple[int, int]:
         """(held chunks, of which in DRAM) on one worker, without touching anything."""
         self._check(worker, chunks)
-        m, d = k._match(self.ht, self.chunk, self.worker, self.tier, worker, chunks, self.mask)
+        m, d = k._match(self.ht, self.nodes, worker, chunks, self.mask)
         return int(m), int(d)
 
     def match_all(self, chunks: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -97,10 +88,7 @@ class CacheStore:
         self._check(0, chunks)
         out_m = np.zeros(self.n_workers, dtype=np.int64)
         out_d = np.zeros(self.n_workers, dtype=np.int64)
-        k._match_all(
-            self.ht, self.chunk, self.worker, self.tier, self.n_workers, chunks, self.mask,
-            out_m, out_d,
-        )  # fmt: skip
+        k._match_all(self.ht, self.nodes, self.n_workers, chunks, self.mask, out_m, out_d)
         return out_m, out_d
 
     def held(self, worker: int) -> int:
