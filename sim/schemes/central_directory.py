@@ -27,6 +27,9 @@ What we model (its best configuration):
 
   with γ, τ and λ_max from ``kvcompass.router.RouterConfig`` defaults (the paper's values), so
   the only difference from KVCompass is where the state lives and how fresh it is.
+
+Owns the directory placement and its in-flight bookkeeping; reads ``ctx.cluster`` (allowed for
+this design) but never mutates it.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ What we model (placement rule shared with ``sim.schemes.consistent_hash.HashPlac
   designated node, or to the family head's owner on a miss (``HashPlacement.route``).
 
 Parameters: 64-bit ids, ``CHORD_SEED`` fixed; levels and latencies from the deployment.
+Owns the Chord overlay and its lookup cost; must not read ``ctx.cluster`` (presence comes from
+the owners' cache events).
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ What we model:
 * The response's arrival is the first token (prefill blocks released); the stream ends
   ``(output_len − 1) · decode_ms_per_token`` later (the frontend proxies the stream), releasing
   the decode blocks.
+
+Owns every region router's radix-tree view, active-block accounting and broadcasts; must not
+read ``ctx.cluster``.
 """
 
 from __future__ import annotations

@@ -25,11 +25,13 @@ What we model:
 * Load balancing: latency factors from the TTFT the edge observes on responses (``on_response``:
   arrival at the edge minus request arrival; the artifact uses end-to-end latency, whose decode
   part depends on the output length, not on the worker's load), one window of 8 per worker
-  shared by all schedulers (the overlay's gossip, assumed instant: favourable). If the chosen worker's factor
-  exceeds the 80th percentile of the non-zero factors, walk up: the deepest shallower holder
-  whose factor is under the cutoff; none: the worker with the lowest non-zero factor.
+  shared by all schedulers (the overlay's gossip, assumed instant: favourable). If the chosen
+  worker's factor exceeds the 80th percentile of the non-zero factors, walk up: the deepest
+  shallower holder whose factor is under the cutoff; none: the worker with the lowest non-zero
+  factor.
 
 Parameters: ``GATE_TOKENS`` = 100, ``WINDOW`` = 8, ``CUTOFF_QUANTILE`` = 0.8 (artifact values).
+Owns the HRT view and the latency factors; must not read ``ctx.cluster``.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ What we model:
   local replica with the fewest outstanding requests (ties: longest match).
 * Probes: every ``PROBE_MS`` = 100 ms each region sends its free-replica count to every other
   region over ``network.send`` channel ``"queue"`` (WAN delay, jitter and loss apply).
+
+Owns the LBs' outstanding counts, probes and prefix views; must not read ``ctx.cluster``.
 """
 
 from __future__ import annotations
