@@ -97,6 +97,8 @@ class Change:
 class TableStats:
     orphan_blocks: int = 0
     unknown_removed: int = 0
+    invalid_tokens: int = 0
+    """Blocks whose token ids are outside 0..2**31-1 (our keys hash int32 ids)."""
     unindexed_medium: int = 0
     unindexed_changes: int = 0
     """Block changes that complete no registration length (too short or beyond the last)."""
@@ -155,7 +157,7 @@ class BlockTable:
         bs = ev.block_size
         toks = np.asarray(ev.token_ids, dtype=np.int64)
         if toks.size and (int(toks.min()) < 0 or int(toks.max()) > 2**31 - 1):
-            self.stats.orphan_blocks += len(ev.block_hashes)
+            self.stats.invalid_tokens += len(ev.block_hashes)
             return
         toks32 = toks.astype(np.int32)
         n = len(ev.block_hashes)

@@ -85,6 +85,8 @@ class RankBridge:
         self.worker_id = worker_id
         self.relearn_batches = relearn_batches
         self._clean = 0
+        self._last_ts = float("-inf")
+        self._pending_clear: list[dict[str, Any]] = []
         self.region_id = region_id
         self.namespace = namespace
         self.table = BlockTable(PrefixHasher(namespace), registration_lengths)
@@ -140,6 +142,7 @@ class RankBridge:
         """What we knew of this worker before is void: CLEARED, empty table."""
         self.table.clear()
         self.expected = None
+        self._last_ts = float("-inf")
         return [self.cleared_record(now_ms)]
 
     def _apply(self, batch: Batch) -> list[dict[str, Any]]:
@@ -148,6 +151,7 @@ class RankBridge:
         misses = ts.orphan_blocks + ts.unknown_removed
         changes = self.table.apply(batch.events)
         self.expected = batch.seq + 1
+        self._last_ts = max(self._last_ts, batch.ts)
         records = [self._record(c, batch, i) for i, c in enumerate(changes)]
         if self.stats.degraded:
             clean = ts.orphan_blocks + ts.unknown_removed == misses
@@ -168,10 +172,19 @@ class RankBridge:
         if exp is None or batch.seq == exp:
             return Apply(self._apply(batch))
         if batch.seq < exp:
-            if batch.seq == 0:
+            # Live duplicates (queued while a replay ran) are never newer than what was applied;
+            # a lower sequence with a newer timestamp is a restarted engine.
+            if batch.seq == 0 or batch.ts > self._last_ts:
                 self.stats.engine_restarts += 1
-                log.warning("worker %d: engine restarted (seq 0 after %d)", self.worker_id, exp)
-                return Apply(self.start(int(batch.ts * 1000)) + self._apply(batch))
+                log.warning(
+                    "worker %d: engine restarted (seq %d after %d)", self.worker_id, batch.seq, exp
+                )
+                records = self.start(int(batch.ts * 1000))
+                if batch.seq == 0:
+                    return Apply(records + self._apply(batch))
+                self.expected = 0
+                self._pending_clear = records
+                return NeedReplay(0)
             self.stats.duplicates += 1
             return Apply([])
         return NeedReplay(exp)
@@ -188,7 +201,7 @@ class RankBridge:
         """Replayed batches from ``from_seq``; a hole at the front means the gap is lost."""
         self.stats.replays += 1
         wanted = [b for b in batches if b.seq >= from_seq]
-        out: list[dict[str, Any]] = []
+        out, self._pending_clear = self._pending_clear, []
         lost = from_seq > 0 and (not wanted or wanted[0].seq != from_seq)
         if from_seq == 0 and wanted and wanted[0].seq != 0:
             lost = True  # the engine's buffer no longer starts at its first batch

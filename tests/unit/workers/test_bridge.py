@@ -95,3 +95,15 @@ def test_malformed_frame_is_stepped_over__expected_advances() -> None:
 def test_engine_seq_is_increasing_and_unique__within_and_across_batches() -> None:
     seqs = [engine_seq(1_796_000_000_000 + t, s, i) for t, s in ((0, 5), (1, 6)) for i in range(3)]
     assert seqs == sorted(set(seqs)) and max(seqs) < 2**63
+
+
+def test_engine_restart_missing_seq_zero_asks_replay_from_zero__newer_timestamp() -> None:
+    b = _bridge()
+    for seq in range(3):
+        b.offer(_store(seq) if seq == 0 else Batch(seq, 1000.0 + seq, None, ()))
+    restarted = Batch(1, 5000.0, None, ())
+    assert b.offer(restarted) == NeedReplay(0)
+    first = Batch(0, 4999.0, None, _store(0).events)
+    recs = b.on_replay(0, [first, restarted], now_ms=9)
+    assert [r["op"] for r in recs] == ["CLEARED", "STORED"]
+    assert b.stats.engine_restarts == 1 and not b.stats.degraded and b.expected == 2
