@@ -243,12 +243,13 @@ def bfs_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
         qdepth[tail] = 1
         tail += 1
     found = -1
-    qi = 0
-    while qi < tail:
-        x = qbucket[qi]
-        if count(skeys, x) < 4:
+    for qi in range(tail):  # a root with room ends the search at once
+        if count(skeys, qbucket[qi]) < 4:
             found = qi
             break
+    qi = 0
+    while found < 0 and qi < tail:
+        x = qbucket[qi]
         if qdepth[qi] < MAX_DEPTH:
             for s in range(4):
                 p = x * 4 + s
@@ -261,6 +262,9 @@ def bfs_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
                     qslot[tail] = p
                     qdepth[tail] = qdepth[qi] + 1
                     tail += 1
+                    if count(skeys, alt) < 4:  # checked on discovery: the shallowest room
+                        found = tail - 1
+                        break
         qi += 1
     if found < 0:
         return 0

@@ -26,7 +26,9 @@ from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint, locator_cells, slot_of
+from kvcompass.ludo.prefetch import prefetch
 
+LOOKUP_AHEAD = 8  # keys between a prefetch and its lookup
 _ONE = np.uint64(1)
 _S6 = np.uint64(6)
 _M63 = np.uint64(63)
@@ -41,7 +43,7 @@ def locator_bit(locator: NDArray[np.uint64], cell: Int) -> np.uint64:
     return np.uint64((locator[c >> _S6] >> (c & _M63)) & _ONE)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def lookup_key(
     params_arr: NDArray[np.uint64],
     seeds: NDArray[np.uint8],
@@ -78,9 +80,37 @@ def lookup_batch(
     keys: NDArray[np.uint64],
     out: NDArray[np.uint64],
 ) -> None:
-    """``out[i] = lookup_key(..., keys[i])``."""
-    for i in range(keys.shape[0]):
+    """``out[i] = lookup_key(..., keys[i])``, prefetching a few keys ahead."""
+    n = keys.shape[0]
+    for i in range(n):
+        if i + LOOKUP_AHEAD < n:
+            prefetch_key(params_arr, seeds, values, fps, locator, keys[i + LOOKUP_AHEAD])
         out[i] = lookup_key(params_arr, seeds, values, fps, locator, keys[i])
+
+
+@njit(cache=True)
+def prefetch_key(
+    params_arr: NDArray[np.uint64],
+    seeds: NDArray[np.uint8],
+    values: NDArray[np.uint32],
+    fps: NDArray[np.uint8],
+    locator: NDArray[np.uint64],
+    key: np.uint64,
+) -> None:
+    """Prefetch every line a lookup of ``key`` may read (both candidate buckets)."""
+    b0, b1 = bucket_pair(key, params_arr[6], params_arr[1])
+    ca, cb = locator_cells(key, params_arr[7], params_arr[2], params_arr[3])
+    prefetch(locator, ca >> 6)
+    prefetch(locator, cb >> 6)
+    prefetch(seeds, b0)
+    prefetch(seeds, b1)
+    vw = np.int64(params_arr[4]) // 32
+    prefetch(values, b0 * 4 * vw)
+    prefetch(values, b1 * 4 * vw)
+    fb = np.int64(params_arr[5]) // 8
+    if fb > 0:
+        prefetch(fps, b0 * 4 * fb)
+        prefetch(fps, b1 * 4 * fb)
 
 
 @njit(cache=True)

@@ -32,6 +32,7 @@ from kvcompass.ludo.cuckoo import (
 )
 from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint, locator_cells
 from kvcompass.ludo.othello import add_edge, rebuild, remove_edge, set_bit, want_bit
+from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import (
     EMPTY,
     M_FREE_E,
@@ -43,6 +44,7 @@ from kvcompass.ludo.state import (
 
 OK, FULL, NO_PLACE, LOCATOR = 0, 1, 2, 3
 _ZERO = np.uint64(0)
+AHEAD = 6  # operations between a prefetch and its use
 _PM = 56  # scratch[56:61): entry of the key entering path bucket i (i >= 1)
 _PK = 64  # scratch[64:69): that key
 
@@ -176,6 +178,35 @@ def place(
 
 
 @njit(cache=True)
+def _prefetch_op(
+    params: U64,
+    skeys: U64,
+    sentry: I32,
+    values: U32,
+    fps: U8,
+    seeds: U8,
+    loc: U64,
+    head: I32,
+    key: np.uint64,
+) -> None:
+    """Prefetch what an op on ``key`` touches first: both buckets, the locator cells' lists."""
+    b0, b1 = bucket_pair(key, params[6], params[1])
+    a, b = locator_cells(key, params[7], params[2], params[3])
+    vw = 2 if params[4] == 64 else 1
+    prefetch(skeys, b0 * 4)
+    prefetch(skeys, b1 * 4)
+    prefetch(sentry, b0 * 4)
+    prefetch(values, b0 * 4 * vw)
+    prefetch(seeds, b0)
+    if fps.shape[0] > 0:
+        prefetch(fps, b0 * 4 * (fps.shape[0] // skeys.shape[0]))
+    prefetch(head, a)
+    prefetch(head, b)
+    prefetch(loc, a >> 6)
+    prefetch(loc, b >> 6)
+
+
+@njit(cache=True)
 def update_batch(
     st: TableState,
     keys: U64,
@@ -204,7 +235,10 @@ def update_batch(
     wide = params[4] == 64
     fb = np.int64(params[5])
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
-    for i in range(start, keys.shape[0]):
+    n = keys.shape[0]
+    for i in range(start, n):
+        if i + AHEAD < n:
+            _prefetch_op(params, skeys, sentry, values, fps, seeds, loc, head, keys[i + AHEAD])
         key = keys[i]
         b0, b1 = bucket_pair(key, bucket_seed, n_buckets)
         pos = find(skeys, key, b0, b1)
@@ -263,7 +297,7 @@ def update_batch(
                 d,
             ) and not rebuild(st):
                 return LOCATOR, i
-    return OK, keys.shape[0]
+    return OK, n
 
 
 @njit(cache=True)
