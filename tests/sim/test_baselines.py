@@ -602,3 +602,22 @@ def test_dynamo_broadcast_period__follows_the_runs_router_config() -> None:
     ctx.loop.run_until(130.0)
     assert dy.period_ms == 40.0
     assert ctx.network.sent == 3 * 6  # broadcasts at 40, 80, 120 ms; 3 regions x 2 peers
+
+
+def test_end_to_end__runs_are_deterministic_under_jitter_and_loss() -> None:
+    from sim.engine.requests import Requests
+    from sim.experiment import make_workload
+    from sim.runner import run_scheme
+
+    dep = builtin_deployment("paper-testbed-14x3")
+    cfg = SimConfig(wan_jitter_frac=0.3, queue_loss=0.2)
+    levels = Levels.from_deployment(dep)
+    wl = make_workload("wildchat", 150, 20.0, dep, 5)
+    requests = Requests(wl, levels, cfg.chunk_tokens_for(wl.block_tokens))
+    for name in ("consistent_hash", "chord", "planetserve", "central_directory", "skywalker"):
+        a = run_scheme(name, requests, dep, levels, cfg)
+        b = run_scheme(name, requests, dep, levels, cfg)
+        assert np.array_equal(a.record.worker, b.record.worker), name
+    a = run_scheme("dynamo", requests, dep, levels, cfg)
+    b = run_scheme("dynamo", requests, dep, levels, cfg)
+    assert np.array_equal(a.record.ttft_ms, b.record.ttft_ms)
