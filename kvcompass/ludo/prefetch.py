@@ -8,30 +8,36 @@ anything that affects results.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_ir = cgutils.ir
+_cg: Any = cgutils  # numba's codegen helpers are untyped
+_ir: Any = _cg.ir
 
 
 @intrinsic
-def prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:
+def _prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:
     """``prefetch(arr, i)``: hint that ``arr[i]`` (1-D array, integer index) is read soon."""
     sig = types.void(arr, idx)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         aryty = signature.args[0]
         ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        ptr = _cg.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
         ptr = builder.bitcast(ptr, cgutils.voidptr_t)
         i32 = cgutils.int32_t
         fnty = _ir.FunctionType(_ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        fn = _cg.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
         # (address, rw = read, locality = 3 keep in all levels, cache type = data)
         builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+prefetch = cast(Callable[[Any, Any], None], _prefetch)
+"""``prefetch(arr, i)`` (typed alias of the intrinsic, usable only inside njit code)."""
