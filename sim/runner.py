@@ -224,8 +224,12 @@ class Run:
         gpu, done, batch = self.cluster.migrate(mig.req, mig.tokens, mig.dest, at, recompute)
         if gpu > 0:
             self._mig.append((mig.dest, at, gpu))
+        self.loop.schedule(done, self._migration_done, mig, PRIO_DELIVERY)
         if batch is not None and self._wants_events:
             self.loop.schedule(done, self._deliver_batch, batch, PRIO_DELIVERY)
+
+    def _migration_done(self, at: float, mig: Migration) -> None:
+        self.scheme.on_migration_done(mig, at)
 
     def _deliver_batch(self, at: float, batch: CacheEventBatch) -> None:
         self.scheme.on_cache_events(batch)

@@ -232,6 +232,10 @@ class Scheme(ABC):
         """
         return []
 
+    def on_migration_done(self, mig: Migration, at_ms: float) -> None:
+        """A replica asked for by ``migrations`` is in place (its cache events follow)."""
+        return None  # default: the scheme does not track its migrations
+
     def finish(self) -> dict[str, float]:
         """Scheme-specific counters for the results (e.g. update bytes)."""
         return {}

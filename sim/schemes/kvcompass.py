@@ -146,6 +146,10 @@ class KVCompass(Scheme):
         return out
 
     # -- feedback -------------------------------------------------------------------------------
+    def on_migration_done(self, mig: Migration, at_ms: float) -> None:
+        family = int(self._keys[self._key_offsets[mig.req]])
+        self.routers[self._origin[mig.req]].complete_migration(family, at_ms)
+
     def on_response(self, resp: Response) -> None:
         router = self.routers[resp.origin]
         vector = None
