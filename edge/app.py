@@ -1,0 +1,233 @@
+"""The edge's aiohttp application: assembling the parts, the routes, the read-only endpoints.
+
+Owns ``EdgeApp`` (everything a handler reaches: config, service, forwarder, tokenizer), the
+factory ``assemble`` that builds it from an ``EdgeConfig`` and a ``Deployment`` (in-memory or
+file-backed view, router of the region, Avro codec, record sink), ``build_app`` (routes), and
+``/health``, ``/metrics``, ``/v1/models``, ``/debug/explain/{id}``, ``/debug/lookup``. Must not
+run anything forever or consume Kafka (``edge.main``, ``edge.sync``).
+
+Why aiohttp: it is already a dependency (workers, pipeline tooling), its server and client
+share one event loop with no ASGI adapter layer in between, ``StreamResponse`` writes chunks
+straight to the transport (streaming pass-through without a generator/queue per chunk), and its
+client has per-session connection pools. Starlette/uvicorn would add an ASGI hop per message
+and a second HTTP client library for forwarding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from edge import openai_shapes as shapes
+from edge.config import EdgeConfig
+from edge.feedback import encode_queue_header
+from edge.forwarder import Forwarder, Route
+from edge.handlers import error_middleware, make_completion_handler
+from edge.service import EdgeService
+from edge.tokenizer import Tokenizer, make_tokenizer
+from kvcompass.deployment import Deployment
+from kvcompass.discovery import EdgeDiscovery
+from kvcompass.index_view import IndexView
+from kvcompass.keys import KeyNamespace, PrefixHasher
+from kvcompass.layout import TableLayout
+from kvcompass.levels import Levels
+from kvcompass.router import Router, RouterConfig
+from kvcompass.router import score as sc
+from kvcompass.view_file import ViewStore
+from pipeline.codec import AvroCodec
+from pipeline.config import PipelineConfig
+from pipeline.registry import registry_from_url
+from workers.sink import MemorySink, RecordSink
+
+
+@dataclass(slots=True)
+class EdgeApp:
+    """What one edge process serves with."""
+
+    config: EdgeConfig
+    service: EdgeService
+    forwarder: Forwarder
+    tokenizer: Tokenizer
+    view: IndexView
+    pipeline: PipelineConfig
+    store: ViewStore | None = None
+    in_flight: int = 0
+    local_workers: frozenset[int] = field(default_factory=frozenset)
+
+    def relay_target(self, header: str) -> int:
+        """The local worker a peer edge asks this edge to serve on (400 if not one)."""
+        try:
+            w = int(header)
+        except ValueError:
+            w = -1
+        if w not in self.local_workers or not self.forwarder.reachable(w):
+            raise shapes.ApiError(400, f"X-KVC-Forward-To: expected a worker of this region "
+                                       f"with a configured URL, got {header[:40]!r}")  # fmt: skip
+        return w
+
+    def local_queue_header(self) -> str:
+        qv = self.service.router.queue_view
+        ids = qv.local_workers
+        return encode_queue_header(self.service.origin, ids.tolist(), qv.queue_ms[ids].tolist())
+
+
+EDGE = web.AppKey("edge", EdgeApp)
+
+
+def assemble(
+    config: EdgeConfig,
+    deployment: Deployment,
+    *,
+    sink: RecordSink | None = None,
+    router_config: RouterConfig | None = None,
+) -> EdgeApp:
+    """Build every part of an edge for ``config.region`` (no I/O but creating the view dir)."""
+    origin = deployment.region_index(config.region)
+    pipe = config.pipeline or PipelineConfig()
+    levels = Levels.from_deployment(deployment)
+    layout = TableLayout.for_regions([r.n_workers for r in deployment.regions])
+    store = None
+    if config.view_dir is not None:
+        Path(config.view_dir).mkdir(parents=True, exist_ok=True)
+        store = ViewStore(Path(config.view_dir))
+        view = IndexView(layout, levels.matrix, pipe.n_shards, allocator=store.allocate,
+                         on_params=store.adopt)  # fmt: skip
+    else:
+        view = IndexView(layout, levels.matrix, pipe.n_shards)
+    hasher = PrefixHasher(KeyNamespace(model_id=config.model, model_config=config.model_config))
+    router = Router.from_deployment(deployment, levels, origin, router_config)
+    discovery = EdgeDiscovery(origin, hasher, view, router)
+    codec = AvroCodec(registry_from_url(pipe.schema_registry_url))
+    service = EdgeService(
+        deployment, discovery, model=config.model, codec=codec,
+        sink=sink if sink is not None else MemorySink(), topics=pipe.topics,
+        decision_sample_rate=config.decision_sample_rate,
+        explain_capacity=config.explain_capacity, seed=config.seed,
+    )  # fmt: skip
+    wr = deployment.worker_region
+    wan = deployment.wan_matrix_ms
+    peers = {deployment.region_index(name): url.rstrip("/") for name, url in config.peers}
+    routes: dict[int, Route] = {}
+    for w, url in config.worker_urls().items():
+        if not 0 <= w < deployment.n_workers:
+            raise shapes.ApiError(500, f"worker {w} is not in the deployment")  # config bug
+        r = int(wr[w])
+        delay = float(wan[origin, r]) * config.wan_delay_scale / 1000.0 if r != origin else 0.0
+        via = peers.get(r) if r != origin else None
+        routes[w] = Route(w, via or url, via is not None, delay)
+    for r, url in peers.items():  # workers of a peer region reached only through its edge
+        for w in deployment.workers_of(r).tolist():
+            if w not in routes and r != origin:
+                delay = float(wan[origin, r]) * config.wan_delay_scale / 1000.0
+                routes[w] = Route(w, url, True, delay)
+    forwarder = Forwarder(
+        routes, pool_size=config.pool_size_per_worker,
+        connect_timeout_ms=config.connect_timeout_ms,
+        first_byte_timeout_ms=config.first_byte_timeout_ms,
+    )  # fmt: skip
+    local = frozenset(int(w) for w in deployment.workers_of(origin).tolist())
+    return EdgeApp(config, service, forwarder, make_tokenizer(config.tokenizer), view, pipe,
+                   store, 0, local)  # fmt: skip
+
+
+def build_app(edge: EdgeApp) -> web.Application:
+    """The aiohttp application of ``edge`` (body limit from the config, error middleware)."""
+    app = web.Application(
+        client_max_size=edge.config.max_body_bytes, middlewares=[error_middleware]
+    )
+    app[EDGE] = edge
+    app.router.add_post("/generate", make_completion_handler("generate"))
+    app.router.add_post("/v1/completions", make_completion_handler("completions"))
+    app.router.add_post("/v1/chat/completions", make_completion_handler("chat"))
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/debug/explain/{request_id}", explain)
+    app.router.add_get("/debug/lookup", lookup)
+    app.router.add_post("/debug/lookup", lookup)
+    app.on_cleanup.append(_close_forwarder)
+    return app
+
+
+async def _close_forwarder(app: web.Application) -> None:
+    await app[EDGE].forwarder.close()
+
+
+async def health(request: web.Request) -> web.Response:
+    e = request.app[EDGE]
+    return web.json_response({
+        "status": "ok",
+        "region": e.config.region,
+        "model": e.config.model,
+        "workers_reachable": len(e.forwarder.routes),
+        "views_present": int(e.view.present.sum()),
+        "views_total": int(e.view.present.size),
+        "in_flight": e.in_flight,
+    })  # fmt: skip
+
+
+async def models(request: web.Request) -> web.Response:
+    model = request.app[EDGE].config.model
+    return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    e = request.app[EDGE]
+    return web.Response(text=e.service.metrics.render(gauges(e)),
+                        content_type="text/plain", charset="utf-8")  # fmt: skip
+
+
+def gauges(e: EdgeApp) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+    """State read at scrape time: belief, queue estimates and their staleness, view progress."""
+    svc = e.service
+    now = svc.clock_ms()
+    state = svc.router.state_view()
+    qv = svc.router.queue_view
+    stale = qv.staleness_ms(now)
+    out: list[tuple[str, tuple[tuple[str, str], ...], float]] = []
+    for w in range(svc.router.n_workers):
+        lab = (("worker", str(w)),)
+        out.append(("belief", lab, float(state[sc.ROW_BELIEF, w])))
+        out.append(("queue_estimate_ms", lab, float(state[sc.ROW_QUEUE, w])))
+        out.append(("queue_staleness_ms", lab, float(stale[w])))
+    out.append(("view_staleness_ms", (), float(now - svc.view_applied_ms)))
+    for s, seq in enumerate(e.view.last_seq.tolist()):
+        out.append(("view_last_seq", (("shard", str(s)),), float(seq)))
+    out.append(("views_present", (), float(e.view.present.sum())))
+    out.append(("in_flight", (), float(e.in_flight)))
+    return out
+
+
+async def explain(request: web.Request) -> web.Response:
+    rid = request.match_info["request_id"]
+    got = request.app[EDGE].service.explain(rid)
+    if got is None:
+        raise shapes.ApiError(404, f"no recent decision for request id {rid[:128]!r}",
+                              code="decision_not_found")  # fmt: skip
+    return web.json_response(got)
+
+
+async def lookup(request: web.Request) -> web.Response:
+    """GET ``?text=...`` or ``?input_ids=1,2,3``; POST ``{"text": ...}`` or ``{"input_ids": [...]}``
+    (long prompts do not fit in a URL)."""
+    e = request.app[EDGE]
+    src: Any
+    if request.method == "POST":
+        src = shapes.parse_json(await request.read())
+    else:
+        q = request.query
+        src = {"text": q["text"]} if "text" in q else {}
+        if "input_ids" in q:
+            try:
+                src = {"input_ids": [int(x) for x in q["input_ids"].split(",") if x.strip()]}
+            except ValueError:
+                raise shapes.ApiError(400, "input_ids: expected comma-separated ints",
+                                      param="input_ids") from None  # fmt: skip
+    if "input_ids" not in src and not isinstance(src.get("text"), str):
+        raise shapes.ApiError(400, "expected 'text' (string) or 'input_ids' (token ids)")
+    parsed = shapes.parse_generate(src, e.tokenizer, e.config.model, e.config.max_context_tokens)
+    body: dict[str, Any] = e.service.holders(parsed.tokens)
+    return web.json_response(body)

@@ -1,0 +1,163 @@
+"""EdgeConfig: everything one edge process needs, in one frozen value with units in the names.
+
+Owns the edge's settings, their defaults and validation, and the TOML form it is read from. It
+must not read files, the environment or the clock (``__post_init__`` only validates); the CLI
+reads the file and hands the text to ``EdgeConfig.from_toml_text``.
+
+TOML form (every key but ``region`` optional; ``[workers]`` maps global worker id → base URL)::
+
+    [edge]
+    region = "us"                      # this edge's region (name in the deployment)
+    deployment = "paper-testbed-14x3"  # built-in name or path to a deployment TOML
+    port = 8080
+    wan_delay_scale = 0.01             # tests: sleep one-way WAN × scale on each cross-region hop
+    [workers]
+    0 = "http://127.0.0.1:30000"
+    8 = "http://127.0.0.1:30008"
+    [peers]                            # edges of other regions (relay + piggybacked queues)
+    eu = "http://127.0.0.1:8081"
+    [pipeline]                         # optional: Kafka (pipeline.config.PipelineConfig keys)
+    bootstrap_servers = "127.0.0.1:19092"
+
+A file that is itself a deployment (has ``regions``) may carry the same tables; the deployment
+part is then used and ``edge.deployment`` is ignored (see ``kvcompass.cli.edge``).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from typing import Any
+
+from kvcompass.errors import ConfigError
+from pipeline.config import PipelineConfig
+
+_KIB = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeConfig:
+    """Settings of one edge process (region ``region``)."""
+
+    region: str
+    deployment: str = "paper-testbed-14x3"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    """The served model: requests naming another model get 404 ``model_not_found``."""
+    model_config: str = ""
+    """Part of the key namespace (kvcompass.keys.KeyNamespace): must match the workers'."""
+    max_context_tokens: int = 131_072
+    """Prompts longer than this are refused with 400 (``context_length_exceeded``)."""
+    max_body_bytes: int = 4096 * _KIB
+    """Request bodies above this get 413."""
+    tokenizer: str = "builtin"
+    """``builtin`` (the emulated worker's byte tokenizer) or ``hf:<local path>``."""
+    workers: tuple[tuple[int, str], ...] = ()
+    """(global worker id, base URL) of every worker this edge may forward to."""
+    peers: tuple[tuple[str, str], ...] = ()
+    """(region name, edge base URL): cross-region forwards go through that region's edge, which
+    adds its queue vector to the response (piggyback). Regions not listed are reached directly."""
+    connect_timeout_ms: float = 1000.0
+    first_byte_timeout_ms: float = 30_000.0
+    """A worker that sends no response headers within this is treated as failed (retry once)."""
+    pool_size_per_worker: int = 256
+    wan_delay_scale: float = 0.0
+    """Emulated WAN: sleep ``wan_one_way_ms × scale`` before sending to and after hearing from a
+    worker of another region (0: off; real deployments have a real WAN)."""
+    loads_poll_period_ms: float = 100.0
+    """Δ for local workers: how often ``GET /v1/loads`` is polled (0: never; tests set queues)."""
+    decision_sample_rate: float = 1.0
+    """Fraction of decisions published to ``routing-decisions``."""
+    explain_capacity: int = 4096
+    """Recent decisions kept for ``/debug/explain/{request_id}``."""
+    view_dir: str | None = None
+    """Directory of the memory-mapped view files; None keeps the views in memory."""
+    drain_timeout_ms: float = 10_000.0
+    """On SIGTERM, wait at most this long for in-flight requests."""
+    offsets_flush_period_ms: float = 1000.0
+    seed: int = 0
+    """Seed of the decision sampler."""
+    pipeline: PipelineConfig | None = None
+    """Kafka settings; None runs without Kafka (in-memory view, records dropped)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.region, str) or not self.region:
+            raise ConfigError(f"edge.region: expected a region name, got {self.region!r}")
+        if not self.model:
+            raise ConfigError("edge.model: expected a non-empty model id, got ''")
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"edge.port: expected 0..65535, got {self.port}")
+        for name in ("max_context_tokens", "max_body_bytes", "pool_size_per_worker",
+                     "explain_capacity"):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"edge.{name}: expected an int >= 1, got {value!r}")
+        for name in ("connect_timeout_ms", "first_byte_timeout_ms", "drain_timeout_ms",
+                     "offsets_flush_period_ms"):  # fmt: skip
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"edge.{name}: expected a finite number > 0, got {value!r}")
+        for name in ("wan_delay_scale", "loads_poll_period_ms"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"edge.{name}: expected a finite number >= 0, got {value!r}")
+        if not 0.0 <= self.decision_sample_rate <= 1.0:
+            raise ConfigError(
+                f"edge.decision_sample_rate: expected [0, 1], got {self.decision_sample_rate}"
+            )
+        if not (self.tokenizer == "builtin" or self.tokenizer.startswith("hf:")):
+            raise ConfigError(f"edge.tokenizer: expected 'builtin' or 'hf:<path>', got "
+                              f"{self.tokenizer!r}")  # fmt: skip
+        ids = [w for w, _ in self.workers]
+        if len(set(ids)) != len(ids) or any(w < 0 for w in ids):
+            raise ConfigError(f"workers: expected unique ids >= 0, got {ids}")
+        for what, pairs in (("workers", self.workers), ("peers", self.peers)):
+            for key, url in pairs:
+                if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                    raise ConfigError(f"{what}.{key}: expected an http(s):// URL, got {url!r}")
+
+    def worker_urls(self) -> dict[int, str]:
+        """Worker id → base URL without a trailing slash."""
+        return {w: url.rstrip("/") for w, url in self.workers}
+
+    @classmethod
+    def from_mapping(
+        cls,
+        edge: dict[str, Any],
+        workers: dict[str, Any] | None = None,
+        peers: dict[str, Any] | None = None,
+        pipeline: dict[str, Any] | None = None,
+    ) -> EdgeConfig:
+        """From parsed tables (or flags); unknown keys are refused so a typo is not a default."""
+        known = {f.name for f in fields(cls)} - {"workers", "peers", "pipeline"}
+        kwargs: dict[str, Any] = {}
+        for raw_key, value in edge.items():
+            key = raw_key.replace("-", "_")
+            if key not in known:
+                raise ConfigError(f"edge config: expected keys in {sorted(known)}; got {raw_key!r}")
+            kwargs[key] = value
+        try:
+            kwargs["workers"] = tuple(sorted((int(k), str(v)) for k, v in (workers or {}).items()))
+        except ValueError as exc:
+            raise ConfigError(f"workers: expected integer worker ids as keys: {exc}") from exc
+        kwargs["peers"] = tuple(sorted((str(k), str(v)) for k, v in (peers or {}).items()))
+        if pipeline is not None:
+            kwargs["pipeline"] = PipelineConfig.from_mapping(pipeline)
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"edge config: {exc}") from exc
+
+    @classmethod
+    def from_toml_text(cls, text: str, overrides: dict[str, Any] | None = None) -> EdgeConfig:
+        """Parse the ``[edge]``, ``[workers]``, ``[peers]`` and ``[pipeline]`` tables of a file;
+        ``overrides`` (CLI flags, already snake_case) replace ``[edge]`` values."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"edge config: expected TOML: {exc}") from exc
+        edge = dict(data.get("edge", {}))
+        edge.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        return cls.from_mapping(edge, data.get("workers"), data.get("peers"), data.get("pipeline"))

@@ -1,0 +1,116 @@
+"""Sending a routed request to its worker: one aiohttp connection pool per worker, emulated WAN.
+
+Owns the client sessions (a ``TCPConnector`` per worker, so a slow worker cannot starve the
+pool of the others), where a request goes (the worker itself, or — for a worker of another
+region whose edge is listed in ``EdgeConfig.peers`` — that edge, with ``X-KVC-Forward-To``), the
+connect / first-byte timeouts, and the emulated WAN. Must not decide anything or read bodies:
+it returns the open ``ClientResponse`` and the handler streams it.
+
+Emulated WAN (tests and benchmarks; real netem is out of scope): for a worker outside the
+edge's region the forwarder sleeps ``wan_one_way_ms[o][r] × wan_delay_scale`` before sending and
+again when the response headers arrive (request and response each cross the WAN once). With
+scale 0 (the default) nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+
+from edge.feedback import RELAY_HEADER
+
+
+class ForwardError(Exception):
+    """The worker could not be reached, timed out, or answered with a retriable status."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where requests for one worker go."""
+
+    worker: int
+    base_url: str
+    relayed: bool
+    """True: ``base_url`` is the worker's region's edge, which forwards to the worker."""
+    one_way_delay_s: float
+
+
+RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class Forwarder:
+    """Per-worker pools; ``send`` opens a request and returns the response (headers read)."""
+
+    def __init__(
+        self,
+        routes: Mapping[int, Route],
+        *,
+        pool_size: int,
+        connect_timeout_ms: float,
+        first_byte_timeout_ms: float,
+    ) -> None:
+        self.routes = dict(routes)
+        self._pool_size = pool_size
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=connect_timeout_ms / 1000.0,
+            sock_read=first_byte_timeout_ms / 1000.0,
+        )
+        self._sessions: dict[int, aiohttp.ClientSession] = {}
+
+    def reachable(self, worker: int) -> bool:
+        return worker in self.routes
+
+    def _session(self, worker: int) -> aiohttp.ClientSession:
+        s = self._sessions.get(worker)
+        if s is None or s.closed:
+            conn = aiohttp.TCPConnector(limit=self._pool_size, ttl_dns_cache=300)
+            s = aiohttp.ClientSession(
+                connector=conn, timeout=self._timeout, auto_decompress=False, trust_env=False
+            )
+            self._sessions[worker] = s
+        return s
+
+    async def send(
+        self, worker: int, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> aiohttp.ClientResponse:
+        """POST ``body`` to the worker's ``path``; raises ``ForwardError`` (retry elsewhere)."""
+        route = self.routes[worker]
+        hdrs = dict(headers)
+        if route.relayed:
+            hdrs[RELAY_HEADER] = str(worker)
+        if route.one_way_delay_s > 0:
+            await asyncio.sleep(route.one_way_delay_s)
+        try:
+            resp = await self._session(worker).post(route.base_url + path, data=body, headers=hdrs)
+        except TimeoutError as exc:
+            raise ForwardError("timeout", f"worker {worker}: {exc!r}") from exc
+        except aiohttp.ClientError as exc:
+            raise ForwardError("connect", f"worker {worker}: {exc!r}") from exc
+        if resp.status in RETRIABLE_STATUS:
+            detail = (await resp.read())[:200].decode("utf-8", "replace")
+            resp.release()
+            raise ForwardError(f"status-{resp.status}", f"worker {worker}: {detail}")
+        if route.one_way_delay_s > 0:
+            await asyncio.sleep(route.one_way_delay_s)
+        return resp
+
+    async def get_json(self, worker: int, path: str, timeout_s: float) -> object:
+        """GET a JSON document from a worker itself (``/v1/loads``); raises on any failure."""
+        route = self.routes[worker]
+        t = aiohttp.ClientTimeout(total=timeout_s)
+        async with self._session(worker).get(route.base_url + path, timeout=t) as resp:
+            resp.raise_for_status()
+            return await resp.json()
+
+    async def close(self) -> None:
+        for s in self._sessions.values():
+            await s.close()
+        self._sessions.clear()

@@ -1,0 +1,242 @@
+"""HTTP handlers of the edge: parse, decide, forward with streaming pass-through, feed back.
+
+Owns the request lifecycle of ``POST /generate``, ``/v1/completions``, ``/v1/chat/completions``
+(client side) and of a relayed request (``X-KVC-Forward-To`` from a peer edge: serve it on the
+named local worker, no routing, and add this region's queue vector to the response), plus the
+error middleware that turns every failure into the OpenAI error shape with the request id
+echoed (4xx for client mistakes, 502/503 for upstream trouble, 500 only for edge bugs). Must not
+score, hash or hold state of its own: ``EdgeService`` and ``Forwarder`` do.
+
+Retry: when sending fails (connect error, timeout before response headers, or status 429/5xx)
+the request goes once to the next-best explained candidate. Once the worker has started
+answering, nothing is retried (the client may already have bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from edge import openai_shapes as shapes
+from edge.feedback import (
+    QUEUE_HEADER,
+    RELAY_HEADER,
+    SSEScanner,
+    decode_queue_header,
+    reused_from_json,
+    reused_tokens,
+)
+from edge.forwarder import ForwardError
+
+if TYPE_CHECKING:
+    from edge.app import EdgeApp
+    from edge.service import Explained
+
+log = logging.getLogger(__name__)
+_RID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_PARSERS = {
+    "generate": shapes.parse_generate,
+    "completions": shapes.parse_completions,
+    "chat": shapes.parse_chat,
+}
+
+
+def request_id(request: web.Request) -> str:
+    rid = request.headers.get("X-Request-Id", "")
+    return rid if _RID.match(rid) else uuid.uuid4().hex
+
+
+def error_response(err: shapes.ApiError, rid: str) -> web.Response:
+    return web.json_response(err.body(rid), status=err.status, headers={"X-Request-Id": rid})
+
+
+def _state(request: web.Request) -> EdgeApp:
+    from edge.app import EDGE
+
+    return request.app[EDGE]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error leaves as JSON in the OpenAI shape; the process never dies of a request."""
+    try:
+        resp: web.StreamResponse = await handler(request)
+        return resp
+    except shapes.ApiError as err:
+        rid = request_id(request)
+        _state(request).service.metrics.inc("errors_total", type=err.err_type)
+        return error_response(err, rid)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        rid = request_id(request)
+        _state(request).service.metrics.inc("errors_total", type=f"http-{exc.status}")
+        return error_response(shapes.ApiError(exc.status, exc.reason), rid)
+    except Exception:  # an edge bug: say so, keep serving
+        log.exception("unhandled error on %s", request.path)
+        rid = request_id(request)
+        _state(request).service.metrics.inc("errors_total", type="internal")
+        return error_response(shapes.ApiError(500, "internal edge error", "server_error"), rid)
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise shapes.ApiError(413, f"body: expected at most {limit} bytes, got "
+                                   f"{request.content_length}")  # fmt: skip
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise shapes.ApiError(413, f"body: expected at most {limit} bytes") from None
+
+
+def make_completion_handler(kind: str) -> Any:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        st = _state(request)
+        rid = request_id(request)
+        st.in_flight += 1
+        try:
+            return await _serve(request, st, kind, rid)
+        except shapes.ApiError as err:
+            st.service.metrics.inc("requests_total", endpoint=kind, status=err.status)
+            st.service.metrics.inc("errors_total", type=err.err_type)
+            return error_response(err, rid)
+        finally:
+            st.in_flight -= 1
+
+    return handle
+
+
+async def _serve(request: web.Request, st: EdgeApp, kind: str, rid: str) -> web.StreamResponse:
+    cfg = st.config
+    body = shapes.parse_json(await _read_body(request, cfg.max_body_bytes))
+    if kind == "generate" and isinstance(body.get("rid"), str) and _RID.match(body["rid"]):
+        rid = body["rid"]
+    parsed = _PARSERS[kind](body, st.tokenizer, cfg.model, cfg.max_context_tokens)
+    relay = request.headers.get(RELAY_HEADER)
+    if relay is not None:
+        worker = st.relay_target(relay)
+        return await _proxy(request, st, kind, rid, parsed, [worker], None)
+    ex = st.service.decide(rid, parsed.tokens)
+    cands = st.service.candidates(ex, st.forwarder.reachable)[:2]
+    if not cands:
+        raise shapes.ApiError(503, "no reachable worker can serve this request",
+                              "service_unavailable", code="no_candidates")  # fmt: skip
+    return await _proxy(request, st, kind, rid, parsed, cands, ex)
+
+
+async def _proxy(
+    request: web.Request,
+    st: EdgeApp,
+    kind: str,
+    rid: str,
+    parsed: shapes.Parsed,
+    cands: list[int],
+    ex: Explained | None,
+) -> web.StreamResponse:
+    metrics = st.service.metrics
+    payload = json.dumps(parsed.forward_body, separators=(",", ":")).encode()
+    headers = {"Content-Type": "application/json", "X-Request-Id": rid}
+    resp: aiohttp.ClientResponse | None = None
+    worker = -1
+    for i, w in enumerate(cands):
+        if i:
+            metrics.inc("retries_total")
+        try:
+            resp = await st.forwarder.send(w, parsed.worker_path, payload, headers)
+            worker = w
+            break
+        except ForwardError as err:
+            metrics.inc("forward_failures_total", reason=err.reason)
+            if ex is not None:
+                ex.attempts.append({"worker": w, "error": str(err)[:300]})
+    if resp is None:
+        raise shapes.ApiError(502, f"no worker answered ({len(cands)} tried)", "upstream_error",
+                              code="upstream_unavailable")  # fmt: skip
+    if ex is not None:
+        st.service.on_forward(rid, ex, worker, parsed.tokens)
+    out_headers = {"X-Request-Id": rid}
+    if ex is None:  # relayed: piggyback this region's live queue vector
+        out_headers[QUEUE_HEADER] = st.local_queue_header()
+    try:
+        qv = None
+        raw_qv = resp.headers.get(QUEUE_HEADER)
+        if raw_qv is not None and ex is not None:
+            dep = st.service.deployment
+            qv = decode_queue_header(raw_qv, dep.n_regions, dep.n_workers)
+            metrics.inc("piggybacks_total", result="ok" if qv is not None else "malformed")
+        if parsed.stream and resp.status == 200:
+            out, reused = await _stream(request, resp, parsed.kind, out_headers)
+        else:
+            out, reused = await _whole(resp, parsed.kind, out_headers)
+    finally:
+        resp.release()
+    metrics.inc("requests_total", endpoint=kind, status=out.status)
+    if ex is not None:
+        st.service.on_response(ex, worker, reused, qv)
+    return out
+
+
+async def _whole(
+    resp: aiohttp.ClientResponse, kind: str, headers: dict[str, str]
+) -> tuple[web.StreamResponse, int | None]:
+    data = await resp.read()
+    reused = reused_from_json(data) if resp.status == 200 else None
+    if kind == "chat" and resp.status == 200:
+        try:
+            data = json.dumps(shapes.chat_body(json.loads(data))).encode()
+        except (ValueError, AttributeError):
+            raise shapes.ApiError(502, "worker answered with a malformed completion",
+                                  "upstream_error") from None  # fmt: skip
+    ctype = resp.headers.get("Content-Type", "application/json")
+    headers["Content-Type"] = ctype
+    return web.Response(body=data, status=resp.status, headers=headers), reused
+
+
+async def _stream(
+    request: web.Request, resp: aiohttp.ClientResponse, kind: str, headers: dict[str, str]
+) -> tuple[web.StreamResponse, int | None]:
+    headers["Content-Type"] = "text/event-stream"
+    headers["Cache-Control"] = "no-cache"
+    out = web.StreamResponse(status=200, headers=headers)
+    await out.prepare(request)
+    scanner = SSEScanner()
+    reused: int | None = None
+    chat = kind == "chat"
+    try:
+        async for chunk in resp.content.iter_any():
+            if not chat:
+                await out.write(chunk)  # pass-through: bytes leave as they arrive
+                if reused is not None:
+                    continue
+            for event in scanner.feed(chunk):
+                if event == b"[DONE]":
+                    if chat:
+                        await out.write(b"data: [DONE]\n\n")
+                    continue
+                if reused is None and b"cached_tokens" in event:
+                    reused = reused_from_json(event)
+                if chat:
+                    await out.write(_chat_event(event))
+        await out.write_eof()
+    except (ConnectionError, aiohttp.ClientError) as exc:  # client or worker went away
+        log.debug("stream ended early: %r", exc)
+    return out, reused
+
+
+def _chat_event(event: bytes) -> bytes:
+    try:
+        obj = json.loads(event)
+    except ValueError:
+        return b"data: " + event + b"\n\n"
+    if not isinstance(obj, dict):
+        return b"data: " + event + b"\n\n"
+    return b"data: " + json.dumps(shapes.chat_chunk(obj)).encode() + b"\n\n"
+
+
+__all__ = ["error_middleware", "make_completion_handler", "request_id", "reused_tokens"]

@@ -1,0 +1,244 @@
+"""Request shapes at the edge's HTTP front: validation, the body forwarded, the error shape.
+
+Owns turning a client body of ``POST /generate`` (SGLang), ``/v1/completions`` or
+``/v1/chat/completions`` (OpenAI) into a ``Parsed`` request — token ids plus the body to forward —
+or an ``ApiError`` (4xx, OpenAI error shape), and reshaping a worker's completion into a chat
+completion. Must not do I/O or routing.
+
+What is forwarded (the worker never re-tokenizes):
+- ``/generate`` → worker ``/generate``, the client's body with ``input_ids`` (``text`` dropped).
+- ``/v1/completions`` → worker ``/v1/completions``, the client's body with ``prompt`` = ids.
+- ``/v1/chat/completions`` → worker ``/v1/completions`` with ``prompt`` = the chat-templated ids
+  and the sampling fields; the edge reshapes the answer (``chat_body``/``chat_chunk``) into
+  ``chat.completion`` / ``chat.completion.chunk`` objects.
+
+Error body: ``{"error": {"message", "type", "param", "code", "request_id"}}``; the request id is
+also echoed in the ``X-Request-Id`` header.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edge.tokenizer import Tokenizer
+
+MAX_TOKEN_ID = 2**31 - 1
+_CHAT_ONLY_KEYS = ("messages", "tools", "tool_choice", "response_format", "parallel_tool_calls")
+
+
+class ApiError(Exception):
+    """A client mistake (or an upstream failure) as an OpenAI-shaped error response."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        err_type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.err_type = err_type
+        self.code = code
+        self.param = param
+
+    def body(self, request_id: str) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.err_type,
+                "param": self.param,
+                "code": self.code,
+                "request_id": request_id,
+            }
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A validated request: what to route on and what to send."""
+
+    kind: str
+    """``generate``, ``completions`` or ``chat``."""
+    tokens: list[int]
+    stream: bool
+    worker_path: str
+    forward_body: dict[str, Any]
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or 400."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, deep nesting
+        raise ApiError(400, f"body: expected valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, f"body: expected a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _ids(value: Any, param: str) -> list[int]:
+    ok = isinstance(value, list) and all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in value)
+    if not ok:
+        raise ApiError(400, f"{param}: expected a list of token ids in [0, 2^31)", param=param)
+    return list(value)
+
+
+def _stream(body: Mapping[str, Any]) -> bool:
+    value = body.get("stream", False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ApiError(400, f"stream: expected a boolean, got {value!r}"[:200], param="stream")
+    return value
+
+
+def _check_model(body: Mapping[str, Any], served: str, required: bool) -> None:
+    model = body.get("model")
+    if model is None:
+        if required:
+            raise ApiError(400, "model: required", param="model")
+        return
+    if not isinstance(model, str):
+        raise ApiError(400, "model: expected a string", param="model")
+    if model != served:
+        raise ApiError(
+            404,
+            f"model: expected {served!r}, got {model[:200]!r}",
+            err_type="invalid_request_error",
+            code="model_not_found",
+            param="model",
+        )
+
+
+def _check_length(tokens: Sequence[int], max_context: int, param: str) -> None:
+    if not tokens:
+        raise ApiError(400, f"{param}: expected a non-empty prompt", param=param)
+    if len(tokens) > max_context:
+        raise ApiError(
+            400,
+            f"{param}: expected at most {max_context} tokens, got {len(tokens)}",
+            code="context_length_exceeded",
+            param=param,
+        )
+
+
+def _check_max_tokens(body: Mapping[str, Any], names: Sequence[str]) -> None:
+    for name in names:
+        value = body.get(name)
+        if value is not None and (type(value) is not int or value < 0):
+            raise ApiError(400, f"{name}: expected an int >= 0", param=name)
+
+
+def parse_generate(body: dict[str, Any], tok: Tokenizer, model: str, max_context: int) -> Parsed:
+    """SGLang ``/generate``: ``input_ids`` or ``text``, optional ``sampling_params``."""
+    _check_model(body, model, required=False)
+    if "input_ids" in body:
+        tokens = _ids(body["input_ids"], "input_ids")
+    elif isinstance(body.get("text"), str):
+        tokens = _encode(tok.encode, body["text"], "text")
+    else:
+        raise ApiError(400, "expected 'input_ids' (list of ints) or 'text' (string)",
+                       param="input_ids")  # fmt: skip
+    params = body.get("sampling_params")
+    if params is not None and not isinstance(params, dict):
+        raise ApiError(400, "sampling_params: expected an object", param="sampling_params")
+    if params:
+        _check_max_tokens(params, ("max_new_tokens",))
+    _check_length(tokens, max_context, "input_ids")
+    fwd = {k: v for k, v in body.items() if k != "text"}
+    fwd["input_ids"] = tokens
+    return Parsed("generate", tokens, _stream(body), "/generate", fwd)
+
+
+def parse_completions(body: dict[str, Any], tok: Tokenizer, model: str, max_context: int) -> Parsed:
+    """OpenAI ``/v1/completions``: ``prompt`` is a string or a list of token ids."""
+    _check_model(body, model, required=True)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        tokens = _encode(tok.encode, prompt, "prompt")
+    elif isinstance(prompt, list) and (not prompt or type(prompt[0]) is int):
+        tokens = _ids(prompt, "prompt")
+    else:
+        raise ApiError(400, "prompt: expected a string or a list of token ids (one prompt)",
+                       param="prompt")  # fmt: skip
+    _check_max_tokens(body, ("max_tokens",))
+    _check_length(tokens, max_context, "prompt")
+    fwd = dict(body)
+    fwd["prompt"] = tokens
+    return Parsed("completions", tokens, _stream(body), "/v1/completions", fwd)
+
+
+def parse_chat(body: dict[str, Any], tok: Tokenizer, model: str, max_context: int) -> Parsed:
+    """OpenAI ``/v1/chat/completions``: string-content messages, templated at the edge."""
+    _check_model(body, model, required=True)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages: expected a non-empty list", param="messages")
+    for m in messages:
+        ok = isinstance(m, dict) and isinstance(m.get("content"), str)
+        if not ok or not isinstance(m.get("role", "user"), str):
+            raise ApiError(400, "messages: expected objects with string 'role' and 'content'",
+                           param="messages")  # fmt: skip
+    tokens = _encode(tok.chat, messages, "messages")
+    _check_max_tokens(body, ("max_tokens", "max_completion_tokens"))
+    _check_length(tokens, max_context, "messages")
+    fwd = {k: v for k, v in body.items() if k not in _CHAT_ONLY_KEYS}
+    if "max_completion_tokens" in fwd:
+        fwd["max_tokens"] = fwd.pop("max_completion_tokens")
+    fwd["prompt"] = tokens
+    return Parsed("chat", tokens, _stream(body), "/v1/completions", fwd)
+
+
+def _encode(fn: Callable[[Any], list[int]], value: Any, param: str) -> list[int]:
+    try:
+        return fn(value)
+    except (ValueError, KeyError, TypeError) as exc:  # e.g. lone surrogates in the text
+        raise ApiError(400, f"{param}: cannot tokenize: {str(exc)[:200]}", param=param) from None
+
+
+def _chat_id(cid: Any) -> Any:
+    if isinstance(cid, str) and cid.startswith("cmpl-"):
+        return "chatcmpl-" + cid[5:]
+    return cid
+
+
+def chat_body(completion: dict[str, Any]) -> dict[str, Any]:
+    """A worker's ``text_completion`` as a ``chat.completion``."""
+    out = dict(completion)
+    out["id"] = _chat_id(completion.get("id"))
+    out["object"] = "chat.completion"
+    out["choices"] = [
+        {
+            "index": c.get("index", 0),
+            "message": {"role": "assistant", "content": c.get("text", "")},
+            "finish_reason": c.get("finish_reason"),
+            "logprobs": c.get("logprobs"),
+        }
+        for c in completion.get("choices") or []
+        if isinstance(c, dict)
+    ]
+    return out
+
+
+def chat_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
+    """One streamed ``text_completion`` chunk as a ``chat.completion.chunk``."""
+    out = dict(chunk)
+    out["id"] = _chat_id(chunk.get("id"))
+    out["object"] = "chat.completion.chunk"
+    out["choices"] = [
+        {
+            "index": c.get("index", 0),
+            "delta": {"role": "assistant", "content": c.get("text", "")},
+            "finish_reason": c.get("finish_reason"),
+            "logprobs": c.get("logprobs"),
+        }
+        for c in chunk.get("choices") or []
+        if isinstance(c, dict)
+    ]
+    return out

@@ -1,0 +1,274 @@
+"""The edge's routing state between HTTP and the core: decide, feed back, explain, publish.
+
+Owns one ``EdgeDiscovery`` (view + router of this region), the clock it passes as ``now_ms``
+(monotonic ms), the recent decisions kept for ``/debug/explain``, false-hit counting, and turning
+the core's decisions into Avro records: sampled ``RoutingDecision``s to ``routing-decisions`` and
+``MigrationRequest``s to ``migrations``. Must not know HTTP (``edge.handlers``) nor open network
+connections: records go to a ``RecordSink`` (Kafka producer or memory).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edge.metrics import Metrics
+from kvcompass.deployment import Deployment
+from kvcompass.discovery import EdgeDiscovery, Lookup
+from kvcompass.router import Decision, MigrationRequest, QueueVector
+from kvcompass.router import score as sc
+from kvcompass.types import Tier
+from pipeline.codec import AvroCodec, int64_key
+from pipeline.config import TopicNames
+from workers.sink import RecordSink
+
+
+@dataclass(slots=True)
+class Explained:
+    """One recent decision and what became of it."""
+
+    decision: Decision
+    lookup: Lookup
+    served_by: int = -1
+    reused_tokens: int | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+class EdgeService:
+    """Routing state of one edge process (region ``origin``)."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        discovery: EdgeDiscovery,
+        *,
+        model: str,
+        codec: AvroCodec,
+        sink: RecordSink,
+        topics: TopicNames,
+        decision_sample_rate: float = 1.0,
+        explain_capacity: int = 4096,
+        seed: int = 0,
+        clock_ms: Callable[[], float] = _monotonic_ms,
+    ) -> None:
+        self.deployment = deployment
+        self.discovery = discovery
+        self.router = discovery.router
+        self.origin = discovery.origin
+        self.worker_region = np.asarray(deployment.worker_region, dtype=np.int64)
+        self.model = model
+        self.codec = codec
+        self.sink = sink
+        self.topics = topics
+        self.sample_rate = decision_sample_rate
+        self.explain_capacity = explain_capacity
+        self.metrics = Metrics()
+        self.clock_ms = clock_ms
+        self.recent: OrderedDict[str, Explained] = OrderedDict()
+        self._rng = np.random.default_rng(seed)
+        self.view_applied_ms = -float("inf")
+        """Monotonic ms of the last patch applied to the view (set by ``edge.sync``)."""
+
+    # -- per request ------------------------------------------------------------------------
+    def decide(self, request_id: str, tokens: list[int]) -> Explained:
+        """Look up and score; remember the decision for /debug/explain."""
+        arr = np.asarray(tokens, dtype=np.int32)
+        decision, lookup = self.discovery.decide(arr, self.clock_ms())
+        ex = Explained(decision, lookup)
+        self.recent[request_id] = ex
+        if len(self.recent) > self.explain_capacity:
+            self.recent.popitem(last=False)
+        m = self.metrics
+        m.inc("decisions_total")
+        m.inc("matched_tokens_total", int(lookup.match.matched_tokens.max(initial=0)))
+        return ex
+
+    def candidates(self, ex: Explained, reachable: Callable[[int], bool]) -> list[int]:
+        """The winner, then the next-best explained candidates that can be reached."""
+        order = [ex.decision.worker, *ex.decision.top_workers.tolist()]
+        seen: list[int] = []
+        for w in order:
+            if w not in seen and reachable(w):
+                seen.append(w)
+        return seen
+
+    def claimed_at(self, ex: Explained, worker: int) -> int:
+        """The match the edge counts on at ``worker`` (the decision's own for the winner)."""
+        d = ex.decision
+        if worker == d.worker:
+            return d.claimed_tokens
+        rows = d.top_terms[:, sc.TERM_WORKER].astype(np.int64)
+        hit = np.flatnonzero(rows == worker)
+        return int(d.top_terms[hit[0], sc.TERM_MATCHED]) if hit.size else 0
+
+    def on_forward(self, request_id: str, ex: Explained, worker: int, tokens: list[int]) -> None:
+        """The request is on its way to ``worker``: herding guard, hot prefixes, records."""
+        now = self.clock_ms()
+        d = ex.decision
+        if worker != d.worker:
+            d = d._replace(worker=worker, claimed_tokens=self.claimed_at(ex, worker))
+        ex.served_by = worker
+        self.router.on_forward(d, now)
+        self.metrics.inc(
+            "chosen_total", region=self.deployment.regions[self.worker_region[worker]].name,
+            worker=worker,
+        )  # fmt: skip
+        for mig in self.router.observe(
+            ex.lookup.family_key, ex.lookup.match.matched_tokens, d, now
+        ):
+            self._publish_migration(mig, tokens)
+        if self.sample_rate >= 1.0 or self._rng.random() < self.sample_rate:
+            self._publish_decision(request_id, ex, worker)
+
+    def on_response(
+        self,
+        ex: Explained,
+        worker: int,
+        reused: int | None,
+        queue_vector: QueueVector | None = None,
+    ) -> None:
+        """A response came back from ``worker``: belief, false hits, piggybacked queues."""
+        claimed = self.claimed_at(ex, worker)
+        ex.reused_tokens = reused
+        m = self.metrics
+        if reused is not None:
+            m.inc("claimed_tokens_total", claimed)
+            m.inc("reused_tokens_total", reused)
+            if claimed > reused:
+                m.inc("false_hits_total")
+        if reused is None and queue_vector is None:
+            return
+        self.router.on_response(
+            worker, claimed if reused is not None else 0, reused or 0, self.clock_ms(),
+            queue_vector=queue_vector,
+        )  # fmt: skip
+
+    # -- explain ----------------------------------------------------------------------------
+    def explain(self, request_id: str) -> dict[str, Any] | None:
+        ex = self.recent.get(request_id)
+        if ex is None:
+            return None
+        d = ex.decision
+        cands = []
+        for t in d.explain():
+            row = t.as_dict()
+            row["region"] = self.deployment.regions[self.worker_region[t.worker]].name
+            cands.append(row)
+        return {
+            "request_id": request_id,
+            "edge_region": self.deployment.regions[self.origin].name,
+            "prompt_tokens": d.prompt_tokens,
+            "winner": d.worker,
+            "served_by": ex.served_by,
+            "claimed_tokens": d.claimed_tokens,
+            "reused_tokens": ex.reused_tokens,
+            "lambda_price": d.lambda_price,
+            "min_queue_ms": d.min_queue_ms,
+            "predicted_service_ms": d.predicted_service_ms,
+            "winner_is_local_holder": d.winner_is_local_holder,
+            "local_holder": d.local_holder,
+            "local_holder_lost_to_load": d.local_holder_lost_to_load,
+            "remote_holder": d.remote_holder,
+            "remote_holder_tokens": d.remote_holder_tokens,
+            "family_key": ex.lookup.family_key,
+            "attempts": ex.attempts,
+            "candidates": cands,
+        }
+
+    def holders(self, tokens: list[int]) -> dict[str, Any]:
+        """/debug/lookup: every worker with a match for this prompt, longest first."""
+        lk = self.discovery.lookup(np.asarray(tokens, dtype=np.int32))
+        m = lk.match
+        rows = [
+            {
+                "worker": int(w),
+                "region": self.deployment.regions[self.worker_region[w]].name,
+                "matched_tokens": int(m.matched_tokens[w]),
+                "tier": Tier(int(m.tiers[w])).name,
+            }
+            for w in np.flatnonzero(m.matched_tokens > 0).tolist()
+        ]
+        rows.sort(key=lambda r: (-r["matched_tokens"], r["worker"]))
+        return {
+            "prompt_tokens": len(tokens),
+            "queried_lengths": lk.lengths.tolist(),
+            "family_key": lk.family_key,
+            "holders": rows,
+        }
+
+    # -- records ----------------------------------------------------------------------------
+    def _publish_decision(self, request_id: str, ex: Explained, worker: int) -> None:
+        d = ex.decision
+        wr = self.worker_region
+        m = ex.lookup.match
+        cands = [
+            {
+                "worker_id": t.worker,
+                "region_id": int(wr[t.worker]),
+                "matched_tokens": t.matched_tokens,
+                "tier": t.tier.name,
+                "belief": t.belief,
+                "wan_ms": t.wan_ms,
+                "queue_ms": t.queue_ms,
+                "prefill_ms": t.prefill_ms,
+                "reload_ms": t.reload_ms,
+                "score_ms": t.score_ms,
+            }
+            for t in d.explain()
+        ]
+        cands.sort(key=lambda c: c["worker_id"] != worker)  # stable: chosen first
+        matched = int(m.matched_tokens[worker])
+        rec = {
+            "request_id": request_id,
+            "edge_region_id": self.origin,
+            "model": self.model,
+            "prompt_tokens": d.prompt_tokens,
+            "chosen_worker_id": worker,
+            "chosen_region_id": int(wr[worker]),
+            "matched_tokens": matched,
+            "tier": Tier(int(m.tiers[worker])).name if matched else "NONE",
+            "load_factor": d.lambda_price,
+            "candidates": cands,
+            "timestamp_ms": int(time.time() * 1000),
+        }
+        self._send(self.topics.routing_decisions, request_id.encode(), "RoutingDecision", rec)
+        self.metrics.inc("decisions_published_total")
+
+    def _publish_migration(self, mig: MigrationRequest, tokens: list[int]) -> None:
+        n = min(mig.prefix_tokens, len(tokens))
+        prefix = np.asarray(tokens[:n], dtype="<i4")
+        hasher = self.discovery.hasher
+        rec = {
+            "request_id": uuid.uuid4().hex,
+            "model": self.model,
+            "prefix_tokens": prefix.tobytes(),
+            "prefix_length_tokens": n,
+            "prefix_key": (
+                int(hasher.keys_at(prefix.astype(np.int32), np.array([n], np.int64))[0]) if n else 0
+            ),
+            "first_level_key": mig.family_key,
+            "source_worker_id": mig.source_worker if mig.source_worker >= 0 else None,
+            "target_worker_id": mig.target_worker,
+            "edge_region_id": self.origin,
+            "mode": mig.mode.name,
+            "tier": mig.tier.name,
+            "created_ms": int(time.time() * 1000),
+        }
+        self._send(self.topics.migrations, int64_key(mig.family_key), "MigrationRequest", rec)
+        self.metrics.inc("migrations_total")
+
+    def _send(self, topic: str, key: bytes, schema: str, rec: dict[str, Any]) -> None:
+        try:
+            self.sink.send(topic, key, self.codec.encode(schema, rec))
+        except Exception as exc:  # a producer failure must not fail the user's request
+            self.metrics.inc("errors_total", type=f"publish-{schema}-{type(exc).__name__}")

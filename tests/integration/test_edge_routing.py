@@ -1,0 +1,195 @@
+"""Edge against emulated SGLang workers in three regions (in-memory views, emulated WAN).
+
+Scenarios of issue 7 §6: a prefix cached in a remote region beyond n1 is forwarded there and the
+worker reports the reuse; below n1 the request stays local; a congested holder loses to an idle
+recompute. Plus retry on a dead worker, 503 without candidates, streaming chat, the piggybacked
+queue vector through a peer edge, and the records published for every decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
+)
+assert _spec is not None and _spec.loader is not None
+ec = importlib.util.module_from_spec(_spec)
+sys.modules["edge_cluster"] = ec
+_spec.loader.exec_module(ec)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _generate(client: Any, tokens: list[int], rid: str, **extra: Any) -> dict[str, Any]:
+    body = {"input_ids": tokens, "sampling_params": {"max_new_tokens": 2}, **extra}
+    r = await client.post("/generate", json=body, headers={"X-Request-Id": rid})
+    assert r.status == 200, await r.text()
+    assert r.headers["X-Request-Id"] == rid
+    out: dict[str, Any] = await r.json()
+    return out
+
+
+async def _explain(client: Any, rid: str) -> dict[str, Any]:
+    r = await client.get(f"/debug/explain/{rid}")
+    assert r.status == 200
+    out: dict[str, Any] = await r.json()
+    return out
+
+
+def test_remote_holder_beyond_n1__forwarded_there_and_reuse_reported() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us")
+            tokens = ec.prompt(8000, seed=1)
+            await ec.prime(c.workers[2], tokens)  # eu worker really caches it
+            c.register(2, tokens)
+            out = await _generate(client, tokens, "r-remote")
+            ex = await _explain(client, "r-remote")
+            assert ex["winner"] == 2 and ex["served_by"] == 2
+            assert ex["claimed_tokens"] == 7552  # 1.5·n1(us→eu), the longest level reached
+            assert out["meta_info"]["cached_tokens"] >= ex["claimed_tokens"]
+            assert ex["reused_tokens"] == out["meta_info"]["cached_tokens"]
+            assert app.service.metrics.total("false_hits_total") == 0
+            assert app.service.metrics.get("chosen_total", region="eu", worker=2) == 1
+
+    run(scenario())
+
+
+def test_remote_holder_below_n1__stays_local() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us")
+            tokens = ec.prompt(3000, seed=2)  # n1(us→eu) = 3776 > 3000
+            await ec.prime(c.workers[2], tokens)
+            c.register(2, tokens)
+            await _generate(client, tokens, "r-below")
+            ex = await _explain(client, "r-below")
+            assert ex["served_by"] in (0, 1)  # a us worker
+            assert all(cand["matched_tokens"] == 0 for cand in ex["candidates"])
+            r = await client.post("/debug/lookup", json={"input_ids": tokens})
+            assert (await r.json())["holders"] == []
+
+    run(scenario())
+
+
+def test_congested_local_holder__loses_to_idle_recompute() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us")
+            tokens = ec.prompt(2000, seed=3)
+            await ec.prime(c.workers[0], tokens)
+            c.register(0, tokens)
+            router = app.service.router
+            router.set_local_queues([0.0, 0.0], app.service.clock_ms())
+            await _generate(client, tokens, "r-idle")
+            assert (await _explain(client, "r-idle"))["served_by"] == 0  # holder wins when idle
+            router.set_local_queues([5000.0, 0.0], app.service.clock_ms())
+            await _generate(client, tokens, "r-busy")
+            ex = await _explain(client, "r-busy")
+            assert ex["served_by"] == 1
+            assert ex["local_holder"] == 0 and ex["local_holder_lost_to_load"]
+
+    run(scenario())
+
+
+def test_dead_winner__retried_once_on_next_best() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            tokens = ec.prompt(2000, seed=4)
+            await c.workers[0].close()  # winner (holder) is gone
+            app, client = await c.add_edge("us")
+            c.register(0, tokens)
+            await _generate(client, tokens, "r-retry")
+            ex = await _explain(client, "r-retry")
+            assert ex["winner"] == 0 and ex["served_by"] != 0
+            assert len(ex["attempts"]) == 1 and ex["attempts"][0]["worker"] == 0
+            assert app.service.metrics.total("retries_total") == 1
+            c.workers.pop(0)
+
+    run(scenario())
+
+
+def test_no_reachable_worker__503_json_error() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us")
+            app.forwarder.routes.clear()
+            r = await client.post("/generate", json={"input_ids": [1, 2, 3]},
+                                  headers={"X-Request-Id": "r-none"})  # fmt: skip
+            assert r.status == 503
+            body = await r.json()
+            assert body["error"]["request_id"] == "r-none"
+            assert body["error"]["code"] == "no_candidates"
+
+    run(scenario())
+
+
+def test_streaming_chat__chunks_reshaped_and_feedback_recorded() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us")
+            body = {"model": ec.MODEL, "stream": True, "max_tokens": 3,
+                    "messages": [{"role": "user", "content": "hello " * 50}]}  # fmt: skip
+            r = await client.post("/v1/chat/completions", json=body,
+                                  headers={"X-Request-Id": "r-chat"})  # fmt: skip
+            assert r.status == 200
+            text = (await r.read()).decode()
+            events = [e[6:] for e in text.split("\n\n") if e.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            chunks = [json.loads(e) for e in events[:-1]]
+            assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
+            assert "".join(ch["choices"][0]["delta"]["content"] for ch in chunks)
+            assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0
+            ex = await _explain(client, "r-chat")
+            assert ex["reused_tokens"] is not None
+
+    run(scenario())
+
+
+def test_relay_through_peer_edge__piggybacked_queue_vector_refreshes_estimate() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            eu_app, eu_client = await c.add_edge("eu")
+            eu_app.service.router.set_local_queues([42.0], eu_app.service.clock_ms())
+            peer_url = str(eu_client.make_url("")).rstrip("/")
+            app, client = await c.add_edge("us", peers={"eu": peer_url})
+            tokens = ec.prompt(8000, seed=5)
+            await ec.prime(c.workers[2], tokens)
+            c.register(2, tokens)
+            await _generate(client, tokens, "r-relay")
+            ex = await _explain(client, "r-relay")
+            assert ex["served_by"] == 2
+            qv = app.service.router.queue_view
+            assert np.isfinite(qv.staleness_ms(app.service.clock_ms())[2])
+            assert qv.queue_ms[2] == pytest.approx(42.0)
+            assert app.service.metrics.get("piggybacks_total", result="ok") == 1
+
+    run(scenario())
+
+
+def test_every_decision__published_as_routing_decision_record() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us")
+            for i in range(3):
+                await _generate(client, ec.prompt(300, seed=10 + i), f"r-rec-{i}")
+            recs = c.sinks["us"].of(app.pipeline.topics.routing_decisions)
+            assert [k for k, _ in recs] == [b"r-rec-0", b"r-rec-1", b"r-rec-2"]
+            _, rec = app.service.codec.decode(recs[0][1])
+            assert rec["edge_region_id"] == 0 and rec["prompt_tokens"] == 300
+            assert rec["candidates"][0]["worker_id"] == rec["chosen_worker_id"]
+
+    run(scenario())
