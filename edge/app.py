@@ -39,7 +39,7 @@ from kvcompass.router import score as sc
 from kvcompass.view_file import ViewStore
 from pipeline.codec import AvroCodec
 from pipeline.config import PipelineConfig
-from pipeline.registry import registry_from_url
+from pipeline.registry import SchemaRegistry, registry_from_url
 from workers.sink import MemorySink, RecordSink
 
 
@@ -53,8 +53,10 @@ class EdgeApp:
     tokenizer: Tokenizer
     view: IndexView
     pipeline: PipelineConfig
+    registry: SchemaRegistry
     store: ViewStore | None = None
     in_flight: int = 0
+    bound_port: int = 0
     local_workers: frozenset[int] = field(default_factory=frozenset)
 
     def relay_target(self, header: str) -> int:
@@ -100,7 +102,8 @@ def assemble(
     hasher = PrefixHasher(KeyNamespace(model_id=config.model, model_config=config.model_config))
     router = Router.from_deployment(deployment, levels, origin, router_config)
     discovery = EdgeDiscovery(origin, hasher, view, router)
-    codec = AvroCodec(registry_from_url(pipe.schema_registry_url))
+    registry = registry_from_url(pipe.schema_registry_url)
+    codec = AvroCodec(registry)
     service = EdgeService(
         deployment, discovery, model=config.model, codec=codec,
         sink=sink if sink is not None else MemorySink(), topics=pipe.topics,
@@ -130,7 +133,7 @@ def assemble(
     )  # fmt: skip
     local = frozenset(int(w) for w in deployment.workers_of(origin).tolist())
     return EdgeApp(config, service, forwarder, make_tokenizer(config.tokenizer), view, pipe,
-                   store, 0, local)  # fmt: skip
+                   registry, store, 0, 0, local)  # fmt: skip
 
 
 def build_app(edge: EdgeApp) -> web.Application:

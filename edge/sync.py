@@ -1,0 +1,248 @@
+"""Kafka glue of the edge: views from ``index-patches``, queue estimates from ``queue-vectors``.
+
+Owns two followers and the null record sink:
+- ``PatchFollower``: the pipeline's ``PatchApplier`` (``pipeline.view_sync``) over the edge's own
+  ``IndexView`` and ``ViewStore``. On start it restores the committed view files and resumes every
+  partition from the offset stored in their headers; with no files it reads the compacted topic
+  from the beginning (bootstrap). ``consume`` runs in a worker thread (it blocks); records are
+  applied on the event loop, between requests, so a lookup never sees a half-applied batch.
+  ``save`` writes progress (last seq, next offset) into the view files and deletes superseded
+  epochs; the main loop calls it every ``offsets_flush_period_ms`` and at shutdown.
+- ``QueueVectorFollower``: every region's periodic broadcast (``QueueVector``, newest only by
+  ``seq`` per region) → ``Router.on_broadcast``; the edge's own region is skipped (read live).
+  Bad records go to ``dead-letters`` with the reason (``pipeline.dead_letter.DeadLetters``).
+Must not route or serve HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+
+from edge.app import EdgeApp
+from pipeline.dead_letter import DeadLetters, reason_code_of
+from pipeline.view_sync import PatchApplier
+from workers.sink import RecordSink
+
+_MAX_BATCH = 5000
+
+
+class NullSink:
+    """Records go nowhere (an edge without Kafka); counts them so nothing vanishes unseen."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        self.dropped += 1
+
+    def flush(self, timeout_s: float = 10.0) -> int:
+        return 0
+
+
+class SinkProducer:
+    """``pipeline.patch_sink.ProducerPort`` over a ``RecordSink`` (for ``DeadLetters``)."""
+
+    def __init__(self, sink: RecordSink) -> None:
+        self.sink = sink
+
+    def produce(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1
+    ) -> None:
+        self.sink.send(topic, key or b"", value or b"")
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 10.0) -> int:
+        return self.sink.flush(timeout)
+
+
+def consumer_conf(bootstrap: str, what: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"kvcompass-edge-{what}-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "fetch.wait.max.ms": 10,
+        "fetch.min.bytes": 1,
+    }
+
+
+async def _consume(consumer: Any, timeout_s: float) -> list[Any]:
+    msgs: list[Any] = await asyncio.to_thread(consumer.consume, _MAX_BATCH, timeout_s)
+    return msgs
+
+
+class PatchFollower:
+    """``index-patches`` → the edge's view (bootstrap, resume, progress in the view files)."""
+
+    def __init__(self, edge: EdgeApp, consumer: Any) -> None:
+        self.edge = edge
+        self.consumer = consumer
+        self.topic = edge.pipeline.topics.index_patches
+        schema_id = edge.registry.writer_id("IndexPatch")
+        self.applier = PatchApplier(edge.view, edge.store, edge.service.codec, schema_id)
+        self.applier.on_apply = self._applied
+        self.resumed: dict[int, int] = {}
+
+    def _applied(self, shard: int) -> None:
+        svc = self.edge.service
+        svc.view_applied_ms = svc.clock_ms()
+        svc.metrics.inc("patches_applied_total")
+
+    def start(self) -> dict[int, int]:
+        """Restore view files and assign partitions; return the resumed offsets per shard."""
+        self.resumed = self.applier.restore()
+        if self.resumed:
+            self.edge.service.view_applied_ms = self.edge.service.clock_ms()
+        n = self.edge.view.n_shards
+        tps = [TopicPartition(self.topic, s, self.resumed.get(s, OFFSET_BEGINNING))
+               for s in range(n)]  # fmt: skip
+        self.consumer.assign(tps)
+        return self.resumed
+
+    def feed(self, msgs: list[Any], full: bool) -> int:
+        n = 0
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    self.edge.service.metrics.inc("errors_total", type="patch-consumer")
+                continue
+            self.applier.feed(m.partition(), m.offset(), m.value())
+            n += 1
+        if not full:
+            self.applier.idle()
+        undecodable = self.applier.stats.undecodable
+        m = self.edge.service.metrics
+        seen = m.get("dead_letters_total", topic=self.topic)
+        if undecodable > seen:  # the applier counts them; surface the count as a metric
+            m.inc("dead_letters_total", undecodable - seen, topic=self.topic)
+        return n
+
+    async def poll_once(self, timeout_s: float = 0.05) -> int:
+        msgs = await _consume(self.consumer, timeout_s)
+        return self.feed(msgs, len(msgs) >= _MAX_BATCH)
+
+    def save(self) -> None:
+        for path in self.applier.save():
+            path.unlink(missing_ok=True)
+        if self.edge.store is not None:
+            self.edge.store.flush()
+
+    async def catch_up(self, timeout_s: float) -> bool:
+        """Read until the end offsets seen now are reached (bootstrap / resume)."""
+        n = self.edge.view.n_shards
+        targets = {}
+        for s in range(n):
+            low, high = await asyncio.to_thread(
+                self.consumer.get_watermark_offsets, TopicPartition(self.topic, s), 10.0
+            )
+            targets[s] = int(high) if high > low else -1
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            await self.poll_once()
+            nxt = self.applier.next_offset
+            if all(nxt.get(s, self.resumed.get(s, -1)) >= t for s, t in targets.items()):
+                self.applier.idle()
+                self.save()
+                return True
+        return False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        period_s = self.edge.config.offsets_flush_period_ms / 1000.0
+        saved_at = time.monotonic()
+        while not stop.is_set():
+            await self.poll_once()
+            if time.monotonic() - saved_at >= period_s:
+                self.save()
+                saved_at = time.monotonic()
+        self.save()
+
+    def close(self) -> None:
+        self.save()
+        self.consumer.close()
+
+
+class QueueVectorFollower:
+    """``queue-vectors`` → ``Router.on_broadcast`` (remote regions only, newest seq wins)."""
+
+    def __init__(self, edge: EdgeApp, consumer: Any, dead_letters: DeadLetters) -> None:
+        self.edge = edge
+        self.consumer = consumer
+        self.dead = dead_letters
+        self.topic = edge.pipeline.topics.queue_vectors
+        self.last_seq: dict[int, int] = {}
+
+    def start(self) -> None:
+        n = self.edge.pipeline.queue_vectors_partitions
+        self.consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in range(n)])
+
+    def handle(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> bool:
+        """Fold one record in; a bad one becomes a dead letter. True if applied."""
+        svc = self.edge.service
+        try:
+            name, rec = svc.codec.decode(value or b"")
+            if name != "QueueVector":
+                raise ValueError(f"expected a QueueVector record, got {name}")
+            region, ids, qs = _checked(rec, svc.deployment.worker_region)
+        except Exception as exc:  # every bad record is filed, none stops the consumer
+            self.dead.file(topic=self.topic, partition=partition, offset=offset, key=key,
+                           raw=value, reason_code=reason_code_of(exc), reason=str(exc)[:500],
+                           now_ms=int(time.time() * 1000))  # fmt: skip
+            svc.metrics.inc("dead_letters_total", topic=self.topic)
+            return False
+        if region == svc.origin or rec["seq"] < self.last_seq.get(region, -(2**62)):
+            return False
+        self.last_seq[region] = rec["seq"]
+        svc.router.on_broadcast(region, ids, qs, svc.clock_ms())
+        svc.metrics.inc("queue_vectors_total")
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for m in await _consume(self.consumer, 0.05):
+                if m.error() is None:
+                    self.handle(m.partition(), m.offset(), m.key(), m.value())
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _checked(rec: dict[str, Any], worker_region: Any) -> tuple[int, np.ndarray, np.ndarray]:
+    from kvcompass.errors import InvalidInputError, UnknownWorkerError
+
+    region = int(rec["region_id"])
+    ids = np.asarray(rec["worker_ids"], dtype=np.int64)
+    qs = np.asarray(rec["queue_ms"], dtype=np.float64)
+    n_regions = int(worker_region.max()) + 1
+    if not 0 <= region < n_regions:
+        raise InvalidInputError(f"region_id: expected 0..{n_regions - 1}, got {region}")
+    if ids.shape != qs.shape or not ids.size:
+        raise InvalidInputError(f"expected equal non-empty arrays, got {ids.size} ids and "
+                                f"{qs.size} values")  # fmt: skip
+    if ids.min() < 0 or ids.max() >= worker_region.size or (worker_region[ids] != region).any():
+        raise UnknownWorkerError(f"worker_ids: expected workers of region {region}, got "
+                                 f"{ids.tolist()[:20]}")  # fmt: skip
+    if not all(math.isfinite(q) and q >= 0 for q in qs.tolist()):
+        raise InvalidInputError("queue_ms: expected finite values >= 0")
+    return region, ids, qs
+
+
+def open_followers(edge: EdgeApp, sink: RecordSink) -> tuple[PatchFollower, QueueVectorFollower]:
+    """Both consumers for ``edge.pipeline`` (started: partitions assigned)."""
+    boot = edge.pipeline.bootstrap_servers
+    patches = PatchFollower(edge, Consumer(consumer_conf(boot, "patches")))
+    dead = DeadLetters(SinkProducer(sink), edge.service.codec, edge.pipeline.topics.dead_letters,
+                       f"edge-{edge.config.region}")  # fmt: skip
+    queues = QueueVectorFollower(edge, Consumer(consumer_conf(boot, "queues")), dead)
+    patches.start()
+    queues.start()
+    return patches, queues
