@@ -114,9 +114,12 @@ def _cmd_sidecar(args: argparse.Namespace) -> int:
 
 def _cmd_emulate(args: argparse.Namespace) -> int:
     from workers.emulated.costs import EmulatedCosts
+    from workers.emulated.tiny_llama import TinyLlamaConfig
     from workers.emulated.worker import EmulatedConfig, EmulatedWorker
 
+    tiny = TinyLlamaConfig(seed=args.seed) if args.model == "tiny-llama" else None
     cfg = EmulatedConfig(
+        tiny_llama=tiny,
         model=args.model,
         host=args.host,
         port=args.port,
@@ -188,7 +191,12 @@ def register(subparsers: Any) -> None:
         a.set_defaults(func=_cmd_sidecar)
 
     e = actions.add_parser("emulate", help="an emulated SGLang worker (no GPU)")
-    e.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
+    e.add_argument(
+        "--model",
+        default="meta-llama/Llama-3.1-8B-Instruct",
+        help="model id; 'tiny-llama' computes real KV tensors with a random-weight numpy model",
+    )
+    e.add_argument("--seed", type=int, default=0, help="tiny-llama weights seed")
     e.add_argument("--host", default="127.0.0.1")
     e.add_argument("--port", type=int, default=30000)
     e.add_argument("--page-size", type=int, default=16)

@@ -24,6 +24,7 @@ import hashlib
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvcompass.errors import ConfigError
 from kvcompass.types import Tier
@@ -48,6 +49,8 @@ class Node:
     last_use: int = 0
     uses: int = 0
     children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+    kv: Any = None
+    """The page's KV tensors in tiny-llama mode (``tiny_llama`` layout), else None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,10 @@ class Admission:
     host_hit_tokens: int
     new_tokens: int
     events: list[Event]
+    reused: tuple[Node, ...] = ()
+    fresh: tuple[Node, ...] = ()
+    logits: Any = None
+    """Last-token logits in tiny-llama mode (set by the engine)."""
 
     @property
     def cached_tokens(self) -> int:
@@ -141,7 +148,35 @@ class PrefixCache:
         keep = {id(n) for n in path} | {id(n) for n in fresh}
         events += self._evict(keep)
         new = len(fresh) * self.page_size
-        return Admission(len(tokens), dev, host, new, events)
+        return Admission(len(tokens), dev, host, new, events, tuple(path), tuple(fresh))
+
+    def export(self, tokens: Sequence[int]) -> list[Node]:
+        """The cached pages of ``tokens``' longest prefix that carry KV tensors."""
+        path = self._walk(self._pages(tokens))
+        n = next((i for i, node in enumerate(path) if node.kv is None), len(path))
+        return path[:n]
+
+    def import_pages(self, tokens: Sequence[int], kvs: Sequence[Any], tier: Tier) -> list[Event]:
+        """Insert pages copied from another worker (``kvs[i]`` for page i) without computing;
+        pages already held keep their place. Events as for any store."""
+        self._clock += 1
+        pages = self._pages(tokens)[: len(kvs)]
+        path = self._walk(pages)
+        parent = path[-1] if path else None
+        fresh: list[Node] = []
+        for i in range(len(path), len(pages)):
+            parent_hash = None if parent is None else parent.block_hash
+            node = Node(pages[i], parent, page_hash(parent_hash, pages[i]), tier, kv=kvs[i])
+            node.last_use, node.uses = self._clock, 1
+            (parent.children if parent else self._root)[pages[i]] = node
+            self._tier_nodes[tier][id(node)] = node
+            fresh.append(node)
+            parent = node
+        events: list[Event] = []
+        if fresh:
+            events.append(self._stored(fresh, GPU if tier is Tier.VRAM else CPU))
+        keep = {id(n) for n in path} | {id(n) for n in fresh}
+        return events + self._evict(keep)
 
     def clear(self) -> list[Event]:
         self._root.clear()
@@ -158,6 +193,8 @@ class PrefixCache:
         return Stored(tuple(n.block_hash for n in nodes), parent, toks, self.page_size, medium)
 
     def _set_tier(self, node: Node, tier: Tier) -> None:
+        if node.kv is not None:  # a device <-> host transfer is a copy
+            node.kv = node.kv.copy()
         self._tier_nodes[node.tier].pop(id(node), None)
         node.tier = tier
         self._tier_nodes[tier][id(node)] = node

@@ -6,6 +6,11 @@ tokenizer. Publishes the cache's events when a prefill starts: the cache has cha
 inserts at the end of the forward pass; the few milliseconds do not matter to the index).
 Must not: know HTTP (``server``) or the wire format (``publisher``).
 
+Tiny-llama mode (``model`` given): prefill runs the numpy model on the tokens the cache does
+not hold, reusing the cached pages' KV tensors; the measured compute time replaces the cost
+model's, and decode is greedy from real logits. ``export_kv``/``import_kv`` copy pages between
+workers (intra-region migration) without recomputing.
+
 Tokenizer: one token per UTF-8 byte (ids 0..255), so text round-trips and no vocabulary file is
 needed; generated ids are deterministic lowercase letters seeded by the prompt.
 """
@@ -13,13 +18,19 @@ needed; generated ids are deterministic lowercase letters seeded by the prompt.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from kvcompass.types import Tier
 from workers.emulated.cache import Admission, PrefixCache
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.publisher import EventPublisher
+from workers.emulated.tiny_llama import F32, TinyLlama
 
 
 def tokenize(text: str) -> list[int]:
@@ -41,12 +52,37 @@ class Loads:
 
 
 class Engine:
-    def __init__(self, cache: PrefixCache, costs: EmulatedCosts, publisher: EventPublisher) -> None:
+    def __init__(
+        self,
+        cache: PrefixCache,
+        costs: EmulatedCosts,
+        publisher: EventPublisher,
+        model: TinyLlama | None = None,
+    ) -> None:
         self.cache = cache
         self.costs = costs
         self.publisher = publisher
+        self.model = model
         self.loads = Loads()
         self._gpu = asyncio.Lock()
+        self._kv: dict[int, F32] = {}  # tiny-llama: prompt KV of running requests, by id(adm)
+
+    def _compute(self, tokens: Sequence[int], adm: Admission) -> tuple[Admission, float]:
+        """Tiny-llama prefill of what the cache does not hold; fills the fresh pages' KV.
+        Returns the admission with logits, and the measured compute time in ms."""
+        assert self.model is not None
+        p = self.cache.page_size
+        started = time.perf_counter()
+        past = np.concatenate([n.kv for n in adm.reused], axis=2) if adm.reused else None
+        cached = len(adm.reused) * p
+        logits, new_kv = self.model.forward(np.asarray(tokens[cached:], np.int64), past)
+        for j, node in enumerate(adm.fresh):
+            node.kv = new_kv[:, :, j * p : (j + 1) * p].copy()
+        full = new_kv if past is None else np.concatenate([past, new_kv], axis=2)
+        ms = (time.perf_counter() - started) * 1000
+        out = dataclasses.replace(adm, logits=logits[-1])
+        self._kv[id(out)] = full
+        return out, ms
 
     async def prefill(self, tokens: Sequence[int]) -> Admission:
         """Queue, then prefill ``tokens``; the request counts as running until ``finish``."""
@@ -68,23 +104,61 @@ class Engine:
             model_ms = self.costs.prefill_ms(uncached, adm.host_hit_tokens)
             if adm.events:  # the cache already changed: publish even if the client goes away
                 await self.publisher.publish(adm.events)
-            await asyncio.sleep(self.costs.sleep_s(model_ms))
+            if self.model is not None and tokens:
+                adm, model_ms = self._compute(tokens, adm)  # real compute is the cost
+            else:
+                await asyncio.sleep(self.costs.sleep_s(model_ms))
             loads.prefill_busy_us += int(model_ms * 1000)
             loads.prefill_uncached_tokens += uncached
             return adm
         finally:
             self._gpu.release()
 
-    def done(self) -> None:
+    def done(self, adm: Admission | None = None) -> None:
         """The request admitted by ``prefill`` finished (or failed)."""
         self.loads.running -= 1
+        if adm is not None:
+            self._kv.pop(id(adm), None)
 
-    async def decode(self, tokens: Sequence[int], max_new_tokens: int) -> AsyncIterator[int]:
-        """Generated ids, one per decode step."""
+    async def decode(
+        self, tokens: Sequence[int], max_new_tokens: int, adm: Admission | None = None
+    ) -> AsyncIterator[int]:
+        """Generated ids, one per decode step (greedy from the tiny model when there is one)."""
+        kv = self._kv.pop(id(adm), None) if adm is not None else None
+        if self.model is not None and kv is not None and adm is not None:
+            logits = adm.logits
+            for _ in range(max_new_tokens):
+                tok = int(np.argmax(logits))
+                yield tok
+                out, step = self.model.forward(np.array([tok], np.int64), kv)
+                kv, logits = np.concatenate([kv, step], axis=2), out[-1]
+                await asyncio.sleep(0)
+            return
         seed = zlib.crc32(bytes(t & 0xFF for t in tokens[-64:]))
         for i in range(max_new_tokens):
             await asyncio.sleep(self.costs.sleep_s(self.costs.decode_ms_per_token))
             yield 97 + (seed + 7 * i) % 26
+
+    def export_kv(self, tokens: Sequence[int]) -> tuple[list[int], F32 | None]:
+        """Tokens and KV of the longest cached prefix of ``tokens`` (tiny-llama mode)."""
+        nodes = self.cache.export(tokens)
+        if not nodes:
+            return [], None
+        return list(tokens[: len(nodes) * self.cache.page_size]), np.concatenate(
+            [n.kv for n in nodes], axis=2
+        )
+
+    async def import_kv(self, tokens: Sequence[int], kv: F32) -> int:
+        """Insert copied pages (host tier if there is one); publish their store. Pages held."""
+        p = self.cache.page_size
+        n = min(len(tokens) // p, kv.shape[2] // p)
+        tier = Tier.DRAM if self.cache.dram_pages > 0 else Tier.VRAM
+        kvs = [kv[:, :, i * p : (i + 1) * p].copy() for i in range(n)]
+        async with self._gpu:
+            events = self.cache.import_pages(tokens[: n * p], kvs, tier)
+            if events:
+                await self.publisher.publish(events)
+        return int(n * p)
 
     async def flush(self) -> None:
         await self.publisher.publish(self.cache.clear())

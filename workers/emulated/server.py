@@ -7,6 +7,15 @@ Owns the request/response JSON of ``POST /generate`` (``input_ids`` or ``text``,
 ``GET /v1/loads``, ``GET /server_info`` (with the ``kv_events`` block the sidecar discovers),
 ``GET /health``, ``GET /v1/models``, ``POST /flush_cache``. Errors are 4xx JSON in the OpenAI
 error shape with the request id echoed (``X-Request-Id``). Must not: hold cache or timing logic.
+
+Not SGLang (tiny-llama mode only; our intra-region copy): ``POST /kv/export`` with JSON
+``{"input_ids": [...]}`` answers, and ``POST /kv/import`` takes, one msgpack map::
+
+    {"page_size": int, "input_ids": [int, ...]  (whole pages of the prefix),
+     "shape": [2, n_layers, n_tokens, n_kv_heads, head_dim], "dtype": "float32",
+     "kv": bytes  (C order, little-endian; index 0 = K after RoPE, 1 = V)}
+
+``/kv/import`` answers JSON ``{"imported_tokens": n}`` and publishes the pages' BlockStored.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+import numpy as np
 from aiohttp import web
 
 from kvcompass.types import Tier
@@ -126,10 +137,10 @@ async def _run(
 
     async def steps() -> AsyncIterator[int]:
         try:
-            async for t in engine.decode(tokens, max_new):
+            async for t in engine.decode(tokens, max_new, adm):
                 yield t
         finally:
-            engine.done()
+            engine.done(adm)
 
     return adm, steps()
 
@@ -286,6 +297,46 @@ async def flush_cache(request: web.Request) -> web.Response:
     return web.Response(text="Cache flushed.\n")
 
 
+async def kv_export(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    rid = request.headers.get("X-Request-Id", uuid.uuid4().hex)
+    if engine.model is None:
+        return _error(404, "kv export: this worker has no KV tensors (cost-model mode)", rid)
+    try:
+        body = await request.json()
+        tokens = _ids(body.get("input_ids") if isinstance(body, dict) else None, "input_ids")
+    except (BadRequest, json.JSONDecodeError) as exc:
+        return _error(400, str(exc), rid)
+    held, kv = engine.export_kv(tokens)
+    arr = engine.model.empty_kv() if kv is None else kv
+    out = {"page_size": engine.cache.page_size, "input_ids": held, "shape": list(arr.shape),
+           "dtype": "float32", "kv": np.ascontiguousarray(arr, "<f4").tobytes()}  # fmt: skip
+    return web.Response(body=msgspec.msgpack.encode(out), content_type="application/msgpack")
+
+
+async def kv_import(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    rid = request.headers.get("X-Request-Id", uuid.uuid4().hex)
+    if engine.model is None:
+        return _error(404, "kv import: this worker has no KV tensors (cost-model mode)", rid)
+    try:
+        body = msgspec.msgpack.decode(await request.read())
+        tokens = _ids(body["input_ids"], "input_ids")
+        shape = tuple(int(x) for x in body["shape"])
+        expected = engine.model.empty_kv().shape
+        if body["page_size"] != engine.cache.page_size or body["dtype"] != "float32":
+            raise BadRequest(f"page_size/dtype: expected {engine.cache.page_size}/float32")
+        if len(shape) != 5 or shape[:2] + shape[3:] != expected[:2] + expected[3:]:
+            raise BadRequest(f"shape: expected [2, L, n, kvh, hd] like {list(expected)}")
+        if shape[2] != len(tokens):
+            raise BadRequest(f"shape: expected {len(tokens)} tokens, got {shape[2]}")
+        kv = np.frombuffer(body["kv"], "<f4").reshape(shape).astype(np.float32)
+    except (BadRequest, msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+        return _error(400, f"kv import: {exc}", rid)
+    n = await engine.import_kv(tokens, kv)
+    return web.json_response({"imported_tokens": n})
+
+
 def build_app(engine: Engine, info: ServerInfo) -> web.Application:
     app = web.Application()
     app[ENGINE] = engine
@@ -300,4 +351,6 @@ def build_app(engine: Engine, info: ServerInfo) -> web.Application:
     app.router.add_get("/health_generate", health)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/flush_cache", flush_cache)
+    app.router.add_post("/kv/export", kv_export)
+    app.router.add_post("/kv/import", kv_import)
     return app

@@ -22,6 +22,7 @@ from workers.emulated.costs import EmulatedCosts
 from workers.emulated.engine import Engine
 from workers.emulated.publisher import EventPublisher
 from workers.emulated.server import ServerInfo, build_app
+from workers.emulated.tiny_llama import TinyLlama, TinyLlamaConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class EmulatedConfig:
     replay_topic_frame: bool = True
     """True: SGLang 0.5.23 replies [topic, seq, payload]; False: older [seq, payload]."""
     costs: EmulatedCosts = field(default_factory=EmulatedCosts)
+    tiny_llama: TinyLlamaConfig | None = None
+    """Set: real KV tensors from a numpy tiny Llama (the CLI's ``--model tiny-llama``)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -69,7 +72,8 @@ class EmulatedWorker:
             replay_topic_frame=c.replay_topic_frame,
         )
         cache = PrefixCache(c.page_size_tokens, c.vram_tokens, c.dram_tokens, c.policy)
-        self.engine = Engine(cache, c.costs, self.publisher)
+        model = None if c.tiny_llama is None else TinyLlama(c.tiny_llama)
+        self.engine = Engine(cache, c.costs, self.publisher, model)
         replay = self.publisher.replay_endpoint
         self.info = ServerInfo(
             c.model,
