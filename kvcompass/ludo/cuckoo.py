@@ -22,7 +22,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, slot_of
-from kvcompass.ludo.state import EMPTY, M_NB, M_STAMP, TableState
+from kvcompass.ludo.state import EMPTY, M_NB, M_STAMP
 
 MAX_SEED = 254
 MAX_DEPTH = 5
@@ -218,19 +218,30 @@ def root_path(
 
 
 @njit(cache=True)
-def bfs_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
+def bfs_path(
+    params: U64,
+    skeys: U64,
+    seeds: U8,
+    scratch: U64,
+    meta: I64,
+    mark: I32,
+    qbucket: I32,
+    qparent: I32,
+    qslot: I32,
+    qdepth: I32,
+    key: np.uint64,
+    b0: Int,
+    b1: Int,
+) -> Int:
     """BFS (depth <= 5, visited set) for a bucket with room; writes the path into scratch.
 
     Returns the path length d or 0 if there is none or a seed search on the path fails. Path
     bucket i is ``scratch[PB+i]`` (root first); ``scratch[PD+i]`` is the slot of the key leaving
     it (i < d-1); ``scratch[PS+i]`` is its new seed.
     """
-    skeys, seeds, scratch, mark = st.skeys, st.seeds, st.scratch, st.mark
-    qbucket, qparent, qslot, qdepth = st.qbucket, st.qparent, st.qslot, st.qdepth
-    params = st.params
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
-    st.meta[M_STAMP] += 1
-    stamp = st.meta[M_STAMP]
+    meta[M_STAMP] += 1
+    stamp = meta[M_STAMP]
     tail = 0
     for r in range(2):
         root = b0 if r == 0 else b1

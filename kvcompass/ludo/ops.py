@@ -213,8 +213,9 @@ def update_batch(
     clear_masks: U64,
     set_bits: U64,
     start: Int,
+    stop: Int,
 ) -> tuple[Int, Int]:
-    """Apply ops ``start..`` in order; returns ``(status, index of the stopping op or n)``."""
+    """Apply ops ``start..stop-1`` in order; returns ``(status, stopping op index or stop)``."""
     params, skeys, sentry, values, fps, seeds = (
         st.params,
         st.skeys,
@@ -232,10 +233,11 @@ def update_batch(
     )
     loc, head, half, wdirty, wlist = st.locator, st.head, st.half, st.wdirty, st.wlist
     stack, via, seen = st.stack, st.via, st.seen
+    mark, qbucket, qparent, qslot, qdepth = st.mark, st.qbucket, st.qparent, st.qslot, st.qdepth
     wide = params[4] == 64
     fb = np.int64(params[5])
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
-    n = keys.shape[0]
+    n = stop
     for i in range(start, n):
         if i + AHEAD < n:
             _prefetch_op(params, skeys, sentry, values, fps, seeds, loc, head, keys[i + AHEAD])
@@ -269,7 +271,21 @@ def update_batch(
                 return FULL, i
             d = root_path(skeys, seeds, scratch, slot_seed, key, b0, b1)
             if d == 0:
-                d = bfs_path(st, key, b0, b1)
+                d = bfs_path(
+                    params,
+                    skeys,
+                    seeds,
+                    scratch,
+                    meta,
+                    mark,
+                    qbucket,
+                    qparent,
+                    qslot,
+                    qdepth,
+                    key,
+                    b0,
+                    b1,
+                )
                 if d == 0:
                     return NO_PLACE, i
             if not place(

@@ -126,14 +126,14 @@ class LudoTable:
             raise InvalidInputError(
                 f"set_bits: expected values < 2**32 for a 32-bit table, got {int(sets.max())}"
             )
-        status, i = ops.update_batch(self._st, keys, clears, sets, 0)
+        status, i = ops.update_batch(self._st, keys, clears, sets, 0, n)
         grown = False
         base_epoch = self._params.epoch
         while status != ops.OK:
             self._grow(base_epoch + 1)
             grown = True
             start = i + 1 if status == ops.LOCATOR else i
-            status, i = ops.update_batch(self._st, keys, clears, sets, start)
+            status, i = ops.update_batch(self._st, keys, clears, sets, start, n)
         return self._emit(full=grown)
 
     def clear_bits(self, mask: int) -> PatchBatch:
@@ -189,7 +189,7 @@ class LudoTable:
         while True:
             capacity *= 2
             st, params = self._allocate(capacity, epoch)
-            status, _ = ops.update_batch(st, keys, np.zeros_like(vals), vals, 0)
+            status, _ = ops.update_batch(st, keys, np.zeros_like(vals), vals, 0, keys.shape[0])
             if status == ops.OK:
                 break
         # a locator rebuild during the reload changed the seed in st.params
