@@ -1,0 +1,276 @@
+"""The pipeline worker: the shell behind the Faust agents, and the Faust app that runs them.
+
+``PipelineShell`` holds what the agents need and does their I/O around the pure modules: decode
+records, call ``Rechunker`` / ``MaintenanceUnit``, produce ``index-ops`` / ``index-patches`` /
+``dead-letters`` through one confluent-kafka producer (librdkafka batches in C; Faust's own
+``topic.send`` costs tens of µs per record, too slow for 100k key-ops/s), and flush after every
+``take`` batch so that an input offset Faust commits never runs ahead of the output it produced
+(at-least-once). A maintenance unit is created, or rebuilt, when its partition's first batch
+arrives or when a batch does not continue where the unit stopped (``pipeline.recovery``-style
+replay of ``index-ops`` from the start, then a fresh epoch; see ``pipeline/README.md``).
+
+``build_app`` makes the Faust app (web server off and bound to 127.0.0.1, at_least_once) and
+registers the agents of ``pipeline.agents``. Must not: hold index logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from kvcompass.deployment import Deployment
+from kvcompass.errors import InvalidInputError
+from kvcompass.layout import TableLayout
+from kvcompass.levels import Levels
+from pipeline.codec import AvroCodec, DecodeError, int32_key
+from pipeline.config import PipelineConfig
+from pipeline.dead_letter import DeadLetters, reason_code_of
+from pipeline.maintenance import MaintenanceUnit, Offsets, PatchScan
+from pipeline.patch_sink import PatchSink, decode_key, decode_value
+from pipeline.rechunk import EventRef, InvalidEvent, OpBatch, Rechunker
+from pipeline.registry import registry_from_url
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How one pipeline worker process runs (flags of ``kvcompass pipeline worker``)."""
+
+    config: PipelineConfig
+    deployment: Deployment
+    app_id: str = "kvcompass-pipeline"
+    take_max: int = 4000
+    take_within_s: float = 0.01
+    initial_capacity: int = 1 << 12
+    fp_bits: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.take_max < 1 or not self.take_within_s > 0:
+            raise InvalidInputError(
+                f"take: expected take_max >= 1 and take_within_s > 0; got {self.take_max}, "
+                f"{self.take_within_s}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    """One consumed record, as the agents hand it over."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def read_partition(
+    bootstrap: str, topic: str, partition: int, stop: int | None = None, timeout_s: float = 60.0
+) -> list[Raw]:
+    """Records of one partition from its start up to ``stop`` (exclusive; None: the end now)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "kvcompass-recovery",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        end = high if stop is None else min(stop, high)
+        out: list[Raw] = []
+        if end <= low:
+            return out
+        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.2):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return out
+                    raise RuntimeError(f"reading {topic}[{partition}]: {err}")
+                off = int(m.offset() or 0)
+                if off >= end:
+                    return out
+                out.append(Raw(topic, partition, off, m.key(), m.value()))
+                if off == end - 1:
+                    return out
+        raise TimeoutError(f"reading {topic}[{partition}] up to {end} took over {timeout_s} s")
+    finally:
+        c.close()
+
+
+class PipelineShell:
+    """State and I/O of one worker process; the agents call ``rechunk`` and ``maintain``."""
+
+    def __init__(self, settings: WorkerSettings, producer: Any | None = None) -> None:
+        cfg = settings.config
+        dep = settings.deployment
+        self.settings = settings
+        self.topics = cfg.topics
+        self.layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
+        self.rechunker = Rechunker(
+            self.layout, Levels.from_deployment(dep), dep.worker_region, cfg.n_shards
+        )
+        registry = registry_from_url(cfg.schema_registry_url)
+        self.codec = AvroCodec(registry)
+        self.producer = producer or Producer(
+            {
+                "bootstrap.servers": cfg.bootstrap_servers,
+                "linger.ms": 2,
+                "batch.num.messages": 10_000,
+                "queue.buffering.max.messages": 1_000_000,
+                "compression.type": "lz4",
+                "enable.idempotence": True,
+            }
+        )
+        self.sink = PatchSink(
+            self.producer, self.topics.index_patches, registry.writer_id("IndexPatch")
+        )
+        self.dead = DeadLetters(self.producer, self.codec, self.topics.dead_letters, "pipeline")
+        self.units: dict[int, MaintenanceUnit] = {}
+        self.key_ops = 0
+        self.recoveries = 0
+
+    def _dead(self, raw: Raw, exc: BaseException) -> None:
+        rec = self.dead.file(
+            topic=raw.topic, partition=raw.partition, offset=raw.offset, key=raw.key,
+            raw=raw.value, reason_code=reason_code_of(exc), reason=str(exc), now_ms=_now_ms(),
+        )  # fmt: skip
+        log.warning(
+            "dead letter %s[%d]@%d: %s", raw.topic, raw.partition, raw.offset, rec["reason"]
+        )
+
+    # -- rechunk: kv-events -> index-ops ----------------------------------------------------
+    def rechunk(self, batch: Sequence[Raw]) -> int:
+        """Rechunk consumed events; return the number of op records produced."""
+        produced = 0
+        for raw in batch:
+            try:
+                if raw.value is None:
+                    raise DecodeError("expected a KvEvent; got a null value")
+                name, ev = self.codec.decode(raw.value)
+                if name != "KvEvent":
+                    raise InvalidEvent(f"expected a KvEvent record; got {name}", "INVALID")
+                src = EventRef(int(ev["worker_id"]), int(ev["engine_seq"]), raw.topic,
+                               raw.partition, raw.offset, int(ev["timestamp_ms"]))  # fmt: skip
+                ops = self.rechunker.rechunk(ev, src)
+                values = [(b.shard, self.codec.encode("IndexOpBatch", b.to_record())) for b in ops]
+            except (InvalidInputError, KeyError, ValueError) as exc:
+                self._dead(raw, exc)
+                continue
+            key = int32_key(src.worker_id)
+            for shard, value in values:
+                self.producer.produce(self.topics.index_ops, value, key, shard)
+            produced += len(values)
+        self.producer.flush(30)
+        return produced
+
+    # -- maintenance: index-ops -> index-patches --------------------------------------------
+    def _recover(self, partition: int, first_offset: int) -> MaintenanceUnit:
+        """Blocking: rebuild shard ``partition`` from index-ops[0, first_offset) and publish."""
+        s = self.settings
+        bootstrap = s.config.bootstrap_servers
+        scan = PatchScan()
+        for r in read_partition(bootstrap, self.topics.index_patches, partition):
+            if r.key is None:
+                continue
+            seq = None if r.value is None else decode_value(self.sink.schema_id, r.value).record.seq
+            scan.observe(decode_key(r.key), seq)
+        history: list[tuple[int, OpBatch]] = []
+        for r in read_partition(bootstrap, self.topics.index_ops, partition, first_offset):
+            try:
+                name, rec = self.codec.decode(r.value or b"")
+                if name == "IndexOpBatch":
+                    history.append((r.offset, OpBatch.from_record(rec)))
+            except (InvalidInputError, KeyError, ValueError):
+                continue  # dead-lettered when it was first met
+        unit = MaintenanceUnit(self.layout, partition, s.config.n_shards, fp_bits=s.fp_bits,
+                               initial_capacity=s.initial_capacity, seed=s.seed)  # fmt: skip
+        step = unit.recover(history, scan, first_offset)
+        self.sink.send(step.patches, step.retired, step.source_offset, _now_ms())
+        self.producer.flush(30)
+        self.recoveries += 1
+        log.info("shard %d rebuilt from %d op records; epoch republished at seq %d",
+                 partition, len(history), unit.state.seq)  # fmt: skip
+        return unit
+
+    async def maintain(self, batch: Sequence[Raw]) -> int:
+        """Apply one take of one partition; return the key-ops applied."""
+        if not batch:
+            return 0
+        p = batch[0].partition
+        unit = self.units.get(p)
+        if unit is None or unit.position(batch[0].offset) is Offsets.GAP:
+            loop = asyncio.get_running_loop()
+            unit = await loop.run_in_executor(None, self._recover, p, batch[0].offset)
+            self.units[p] = unit
+        return self.apply(unit, batch)
+
+    def apply(self, unit: MaintenanceUnit, batch: Sequence[Raw]) -> int:
+        """Decode, check, apply and send one batch for an up-to-date unit."""
+        good: list[OpBatch] = []
+        last = unit.next_offset - 1
+        for raw in batch:
+            if unit.position(raw.offset) is Offsets.SEEN:
+                continue
+            last = raw.offset
+            try:
+                name, rec = self.codec.decode(raw.value or b"")
+                if name != "IndexOpBatch":
+                    raise InvalidEvent(f"expected an IndexOpBatch record; got {name}")
+                ob = OpBatch.from_record(rec)
+                reason = unit.check(ob)
+                if reason is not None:
+                    raise InvalidEvent(reason)
+            except (InvalidInputError, KeyError, ValueError) as exc:
+                self._dead(raw, exc)
+                continue
+            good.append(ob)
+        if last < unit.next_offset:
+            return 0
+        step = unit.apply(good, last)
+        self.sink.send(step.patches, step.retired, step.source_offset, _now_ms())
+        self.producer.flush(30)
+        n = int(sum(np.int64(b.keys.size) for b in good))
+        self.key_ops += n
+        return n
+
+
+def build_app(settings: WorkerSettings, shell: PipelineShell | None = None) -> faust.App:
+    """The Faust app with the rechunk and maintenance agents registered."""
+    from pipeline.agents import register_agents
+
+    cfg = settings.config
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{cfg.bootstrap_servers}",
+        processing_guarantee="at_least_once",
+        web_enabled=False,
+        web_bind="127.0.0.1",
+        web_host="127.0.0.1",
+        topic_replication_factor=cfg.replication_factor,
+        topic_partitions=cfg.n_shards,
+        consumer_auto_offset_reset="earliest",
+        store="memory://",
+        table_standby_replicas=0,
+        stream_buffer_maxsize=max(4096, 2 * settings.take_max),
+        broker_commit_interval=1.0,
+    )
+    register_agents(app, shell or PipelineShell(settings))
+    return app

@@ -1,0 +1,259 @@
+"""View consumer library: an ``IndexView`` kept current from ``index-patches`` (DESIGN §5, §7).
+
+The edge embeds this. ``PatchApplier`` (no Kafka) groups a partition's records into one
+maintenance call's batch (same table, epoch and seq: the ``Reassembler`` rebuilds the
+``ShardPatch``), applies each batch in one ``IndexView.apply`` (the per-shard sequencer drops stale
+and duplicate seqs; a new epoch fills a pending view that is swapped in on its COMMIT), and records
+progress (last seq, next offset to read) in the view files' headers. A batch carrying a HEADER is
+applied only once complete (it always ends with its COMMIT), so a served view never shows half a
+re-seeded epoch; other batches are applied when the partition has nothing more to read.
+``ViewSync`` is the confluent-kafka shell: it restores the view files, seeks every partition to the
+stored offset (or the beginning), polls, and says when the end offsets are reached (caught up).
+
+Must not: write to Kafka, or hold index logic (``kvcompass.index_view`` does).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from kvcompass.index_view import IndexView, Offer
+from kvcompass.layout import TableLayout
+from kvcompass.ludo import LudoView, PatchKind
+from kvcompass.patch_stream import PatchRecord, Reassembler
+from kvcompass.view_file import ViewStore
+from pipeline.codec import AvroCodec, DecodeError
+from pipeline.config import PipelineConfig
+from pipeline.patch_sink import decode_value
+from pipeline.registry import registry_from_url
+
+
+@dataclass
+class SyncStats:
+    """Counters of one applier (the view side's metrics)."""
+
+    records: int = 0
+    tombstones: int = 0
+    undecodable: int = 0
+    applied: int = 0
+    stale: int = 0
+    other_epoch: int = 0
+    groups: dict[int, int] = field(default_factory=dict)
+
+
+class PatchApplier:
+    """Index-patch records in, view updates out; one per view (all partitions)."""
+
+    def __init__(self, view: IndexView, store: ViewStore | None, codec: AvroCodec,
+                 schema_id: int) -> None:  # fmt: skip
+        self.view = view
+        self.store = store
+        self.codec = codec
+        self.schema_id = schema_id
+        self.reassembler = Reassembler(view.params_for)
+        self.stats = SyncStats()
+        self.next_offset: dict[int, int] = {}
+        self._buffer: dict[int, list[tuple[int, PatchRecord]]] = {}
+        self.on_apply: Callable[[int], None] | None = None
+        """Called with the shard after every applied batch (latency probes)."""
+
+    def restore(self) -> dict[int, int]:
+        """Serve the committed view files; return the offset to resume each partition from."""
+        if self.store is None:
+            return {}
+        files = self.store.restore()
+        for vf in files:
+            self.view.install(vf.table, vf.shard, LudoView(vf.params, vf.arrays), vf.last_seq)
+        n_tables = self.view.layout.n_tables
+        resume: dict[int, int] = {}
+        for s in range(self.view.n_shards):
+            mine = [vf for vf in files if vf.shard == s]
+            if len(mine) == n_tables and all(vf.consumer_offset >= 0 for vf in mine):
+                resume[s] = min(vf.consumer_offset for vf in mine)
+        self.next_offset.update(resume)
+        return resume
+
+    def _decode(self, value: bytes) -> PatchRecord:
+        try:
+            return decode_value(self.schema_id, value).record
+        except DecodeError:
+            name, r = self.codec.decode(value)  # another IndexPatch version, or garbage
+            if name != "IndexPatch":
+                raise DecodeError(f"expected an IndexPatch record; got {name}") from None
+            kind = PatchKind[r["kind"]]
+            return PatchRecord(
+                r["table"], r["shard"], r["epoch"], kind, r["index"], r["seq"], r["image"]
+            )
+
+    def feed(self, partition: int, offset: int, value: bytes | None) -> None:
+        """One record of ``partition`` in offset order (``value`` None: a tombstone)."""
+        self.next_offset[partition] = offset + 1
+        self.stats.records += 1
+        if value is None:
+            self.stats.tombstones += 1
+            return
+        try:
+            rec = self._decode(value)
+        except DecodeError:
+            self.stats.undecodable += 1
+            return
+        buf = self._buffer.setdefault(partition, [])
+        if buf:
+            first = buf[0][1]
+            if (first.table, first.epoch, first.seq) != (rec.table, rec.epoch, rec.seq):
+                self._apply(partition)
+                buf = self._buffer.setdefault(partition, [])
+        buf.append((offset, rec))
+        if rec.kind == PatchKind.COMMIT:
+            self._apply(partition)
+
+    def idle(self) -> None:
+        """Nothing more to read now: apply every open batch that has no HEADER."""
+        for p, buf in list(self._buffer.items()):
+            if buf and not any(r.kind == PatchKind.HEADER for _, r in buf):
+                self._apply(p)
+
+    def _apply(self, partition: int) -> None:
+        recs = self._buffer.pop(partition, [])
+        out = []
+        for _, r in recs:
+            out.extend(self.reassembler.feed(r))
+        out.extend(self.reassembler.flush())
+        self.stats.undecodable = self.reassembler.undecodable
+        for sp in out:
+            decision = self.view.apply(sp)
+            if decision is Offer.APPLY:
+                self.stats.applied += 1
+                self.stats.groups[sp.shard] = self.stats.groups.get(sp.shard, 0) + 1
+                if self.on_apply is not None:
+                    self.on_apply(sp.shard)
+            elif decision is Offer.SKIP_STALE:
+                self.stats.stale += 1
+            else:
+                self.stats.other_epoch += 1
+
+    def resume_offset(self, partition: int) -> int:
+        """Where a restarted consumer must read from: the first record not yet applied."""
+        buf = self._buffer.get(partition)
+        if buf:
+            return buf[0][0]
+        return self.next_offset.get(partition, -1)
+
+    def save(self) -> list[Path]:
+        """Write progress into the view files; return superseded files (the caller deletes)."""
+        if self.store is None:
+            return []
+        for s in range(self.view.n_shards):
+            self.store.set_progress(s, int(self.view.last_seq[s]), self.resume_offset(s))
+        return self.store.superseded()
+
+
+class ViewSync:
+    """confluent-kafka consumer of ``index-patches`` feeding a ``PatchApplier``."""
+
+    def __init__(self, applier: PatchApplier, consumer: Any, topic: str, n_shards: int) -> None:
+        self.applier = applier
+        self.consumer = consumer
+        self.topic = topic
+        self.n_shards = n_shards
+
+    @classmethod
+    def open(cls, config: PipelineConfig, layout: TableLayout, levels_matrix: Any,
+             directory: Path | None = None, **consumer_conf: Any) -> ViewSync:  # fmt: skip
+        """A view over ``directory`` (None: in memory), positioned where it left off."""
+        store = ViewStore(directory) if directory is not None else None
+        if store is not None:
+            view = IndexView(layout, levels_matrix, config.n_shards,
+                             allocator=store.allocate, on_params=store.adopt)  # fmt: skip
+        else:
+            view = IndexView(layout, levels_matrix, config.n_shards)
+        registry = registry_from_url(config.schema_registry_url)
+        applier = PatchApplier(view, store, AvroCodec(registry), registry.writer_id("IndexPatch"))
+        conf = {
+            "bootstrap.servers": config.bootstrap_servers,
+            "group.id": f"kvcompass-view-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "fetch.wait.max.ms": 20,
+            "fetch.min.bytes": 1,
+            **consumer_conf,
+        }
+        sync = cls(applier, Consumer(conf), config.topics.index_patches, config.n_shards)
+        sync.start()
+        return sync
+
+    @property
+    def view(self) -> IndexView:
+        return self.applier.view
+
+    def start(self) -> None:
+        resume = self.applier.restore()
+        tps = [
+            TopicPartition(self.topic, s, resume.get(s, OFFSET_BEGINNING))
+            for s in range(self.n_shards)
+        ]
+        self.consumer.assign(tps)
+
+    def poll(self, max_records: int = 20_000, timeout_s: float = 0.05) -> int:
+        """Consume what is there (up to ``max_records``); return the number of records read."""
+        msgs = self.consumer.consume(max_records, timeout_s)
+        n = 0
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"index-patches consumer error: {err}")
+                continue
+            self.applier.feed(m.partition(), m.offset(), m.value())
+            n += 1
+        if len(msgs) < max_records:
+            self.applier.idle()
+        for path in self.applier.save():
+            path.unlink(missing_ok=True)
+        return n
+
+    def end_offsets(self, timeout_s: float = 10.0) -> dict[int, int]:
+        """High watermarks of every partition now (-1 for a partition with nothing to read)."""
+        out = {}
+        for s in range(self.n_shards):
+            low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(self.topic, s), timeout=timeout_s
+            )
+            out[s] = int(high) if high > low else -1
+        return out
+
+    def caught_up(self, targets: dict[int, int]) -> bool:
+        """Every partition read up to ``targets`` and nothing applicable left open."""
+        positions = self.consumer.position(
+            [TopicPartition(self.topic, s) for s in range(self.n_shards)]
+        )
+        for tp in positions:
+            have = max(tp.offset, self.applier.next_offset.get(tp.partition, -1))
+            if have < targets[tp.partition]:
+                return False
+        return True
+
+    def catch_up(self, timeout_s: float = 30.0) -> bool:
+        """Poll until the end offsets seen now are reached; False on timeout."""
+        targets = self.end_offsets()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.poll()
+            if self.caught_up(targets):
+                self.applier.idle()
+                self.applier.save()
+                return True
+        return False
+
+    def close(self) -> None:
+        self.applier.save()
+        if self.applier.store is not None:
+            self.applier.store.flush()
+        self.consumer.close()
