@@ -2,8 +2,8 @@
 
 Owns the sequence discipline (in order, duplicate, gap -> replay, gap older than the engine's
 buffer -> CLEARED + degraded, engine restart), and turning block-table changes into KvEvent
-records. ``RankBridge`` is pure decisions over decoded batches (tested without sockets);
-``bridge_rank`` is the asyncio shell with the SUB and replay sockets.
+records. ``RankBridge`` is pure decisions over decoded batches (tested without sockets); the asyncio
+shell with the SUB and replay sockets is ``workers.bridge_zmq.bridge_rank``.
 Must not: hash or track blocks itself (``block_table``), or decode frames (``protocol``).
 
 ``engine_seq`` of a record (unique per worker, increasing, stable across re-deliveries and
@@ -24,19 +24,14 @@ index 4095.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import zmq
-import zmq.asyncio
-
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from workers.block_table import BlockTable, Change, Op
-from workers.protocol import Batch, ProtocolError, decode_pub, decode_replay, encode_seq
+from workers.protocol import Batch
 
 log = logging.getLogger(__name__)
 _IDX_BITS = 12
@@ -229,94 +224,3 @@ class RankBridge:
         d.update({f"table_{k}": v for k, v in asdict(self.table.stats).items()})
         d["table_blocks"] = len(self.table)
         return d
-
-
-# -- asyncio shell -----------------------------------------------------------------------------
-
-Emit = Callable[[list[dict[str, Any]]], None]
-
-
-async def request_replay(
-    ctx: zmq.asyncio.Context, endpoint: str, from_seq: int, timeout_ms: int
-) -> list[Batch]:
-    """Ask the engine's ROUTER for every buffered batch from ``from_seq``. Malformed replies are
-    skipped (the caller sees a hole); a silent engine raises ``TimeoutError``."""
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    out: list[Batch] = []
-    try:
-        await sock.send_multipart([b"", encode_seq(from_seq)])
-        while True:
-            if not await sock.poll(timeout_ms):
-                raise TimeoutError(f"replay from {endpoint}: no reply within {timeout_ms} ms")
-            frames = await sock.recv_multipart()
-            try:
-                batch = decode_replay(frames)
-            except ProtocolError as exc:
-                log.warning("replay from %s: skipping malformed reply: %s", endpoint, exc)
-                continue
-            if batch is None:
-                return out
-            out.append(batch)
-    finally:
-        sock.close()
-
-
-async def bridge_rank(
-    bridge: RankBridge,
-    ctx: zmq.asyncio.Context,
-    events_endpoint: str,
-    replay_endpoint: str | None,
-    topic: str,
-    emit: Emit,
-    replay_timeout_ms: int = 2_000,
-    ready: asyncio.Event | None = None,
-) -> None:
-    """Run one rank until cancelled: subscribe, CLEARED, replay from 0, then follow live."""
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
-    sub.connect(events_endpoint)
-
-    async def replay(from_seq: int) -> None:
-        now_ms = int(time.time() * 1000)
-        if replay_endpoint is None:
-            emit(bridge.on_replay(from_seq, [], now_ms))
-            return
-        try:
-            batches = await request_replay(ctx, replay_endpoint, from_seq, replay_timeout_ms)
-        except TimeoutError as exc:
-            log.warning("worker %d: %s", bridge.worker_id, exc)
-            batches = []
-        emit(bridge.on_replay(from_seq, batches, now_ms))
-
-    try:
-        emit(bridge.start(int(time.time() * 1000)))
-        if replay_endpoint is not None:
-            await replay(0)
-        if ready is not None:
-            ready.set()
-        while True:
-            frames = await sub.recv_multipart()
-            try:
-                batch = decode_pub(frames)
-            except ProtocolError as exc:
-                seq = None
-                if len(frames) == 3 and len(frames[1]) == 8:
-                    seq = int.from_bytes(frames[1], "big", signed=True)
-                bridge.skip_malformed(seq)
-                log.warning("worker %d: skipping malformed frame: %s", bridge.worker_id, exc)
-                continue
-            step = bridge.offer(batch)
-            if isinstance(step, NeedReplay):
-                await replay(step.from_seq)
-                step = bridge.offer(batch)
-                if isinstance(step, NeedReplay):  # the replay left a hole: the gap is lost
-                    emit(bridge.on_replay(step.from_seq, [], int(time.time() * 1000)))
-                    bridge.expected = None
-                    step = bridge.offer(batch)
-            if isinstance(step, Apply):
-                emit(step.records)
-    finally:
-        sub.close()

@@ -28,7 +28,8 @@ from kvcompass.keys import KeyNamespace
 from kvcompass.levels import Levels
 from pipeline.codec import AvroCodec, DecodeError, int32_key
 from pipeline.config import PipelineConfig
-from workers.bridge import RankBridge, bridge_rank
+from workers.bridge import RankBridge
+from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.load_reporter import LoadReporter
 from workers.migration import MigrationExecutor

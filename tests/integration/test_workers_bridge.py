@@ -24,7 +24,7 @@ from pipeline.codec import AvroCodec
 from pipeline.config import PipelineConfig
 from pipeline.registry import InProcessRegistry
 from pipeline.topics import ensure_topics
-from workers.bridge import bridge_rank
+from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker

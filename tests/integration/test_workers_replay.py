@@ -15,7 +15,8 @@ import zmq
 import zmq.asyncio
 
 from kvcompass.keys import KeyNamespace
-from workers.bridge import RankBridge, bridge_rank
+from workers.bridge import RankBridge
+from workers.bridge_zmq import bridge_rank
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker
 

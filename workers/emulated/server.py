@@ -8,14 +8,7 @@ Owns the request/response JSON of ``POST /generate`` (``input_ids`` or ``text``,
 ``GET /health``, ``GET /v1/models``, ``POST /flush_cache``. Errors are 4xx JSON in the OpenAI
 error shape with the request id echoed (``X-Request-Id``). Must not: hold cache or timing logic.
 
-Not SGLang (tiny-llama mode only; our intra-region copy): ``POST /kv/export`` with JSON
-``{"input_ids": [...]}`` answers, and ``POST /kv/import`` takes, one msgpack map::
-
-    {"page_size": int, "input_ids": [int, ...]  (whole pages of the prefix),
-     "shape": [2, n_layers, n_tokens, n_kv_heads, head_dim], "dtype": "float32",
-     "kv": bytes  (C order, little-endian; index 0 = K after RoPE, 1 = V)}
-
-``/kv/import`` answers JSON ``{"imported_tokens": n}`` and publishes the pages' BlockStored.
+The tiny-llama KV copy routes (not SGLang's) are in ``kv_copy``.
 """
 
 from __future__ import annotations
@@ -27,17 +20,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-import numpy as np
 from aiohttp import web
 
 from kvcompass.types import Tier
 from workers.emulated.cache import Admission
 from workers.emulated.engine import Engine, detokenize, tokenize
+from workers.emulated.http_common import ENGINE, INFO, BadRequest, error, token_ids
+from workers.emulated.kv_copy import kv_export, kv_import
 
 VERSION = "0.5.23-kvcompass-emulated"
-ENGINE = web.AppKey("engine", Engine)
-INFO = web.AppKey("info", dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,24 +67,6 @@ class ServerInfo:
             },
             "version": VERSION,
         }
-
-
-class BadRequest(Exception):
-    pass
-
-
-def _error(status: int, message: str, rid: str) -> web.Response:
-    body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
-    return web.json_response(body, status=status, headers={"X-Request-Id": rid})
-
-
-def _ids(value: Any, what: str) -> list[int]:
-    ok = isinstance(value, list) and all(
-        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in value
-    )
-    if not ok:
-        raise BadRequest(f"{what}: expected a list of non-negative int32 token ids")
-    return list(value)
 
 
 def _max_new(value: Any, default: int) -> int:
@@ -153,7 +126,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
             raise BadRequest("body: expected a JSON object")
         rid = str(body.get("rid") or rid)
         if "input_ids" in body:
-            tokens = _ids(body["input_ids"], "input_ids")
+            tokens = token_ids(body["input_ids"], "input_ids")
         elif isinstance(body.get("text"), str):
             tokens = tokenize(body["text"])
         else:
@@ -161,7 +134,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         params = body.get("sampling_params") or {}
         max_new = _max_new(params.get("max_new_tokens"), 128)
     except (BadRequest, json.JSONDecodeError, AttributeError) as exc:
-        return _error(400, str(exc), rid)
+        return error(400, str(exc), rid)
     start = time.perf_counter()
     adm, steps = await _run(request.app[ENGINE], tokens, max_new)
     out: list[int] = []
@@ -204,10 +177,10 @@ async def openai(request: web.Request) -> web.StreamResponse:
             tokens = _chat_tokens(body.get("messages"))
         else:
             prompt = body.get("prompt")
-            tokens = tokenize(prompt) if isinstance(prompt, str) else _ids(prompt, "prompt")
+            tokens = tokenize(prompt) if isinstance(prompt, str) else token_ids(prompt, "prompt")
         max_new = _max_new(body.get("max_completion_tokens", body.get("max_tokens")), 16)
     except (BadRequest, json.JSONDecodeError, AttributeError) as exc:
-        return _error(400, str(exc), rid)
+        return error(400, str(exc), rid)
     engine = request.app[ENGINE]
     model = str(request.app[INFO]["model_path"])
     cid = ("chatcmpl-" if chat else "cmpl-") + rid
@@ -295,46 +268,6 @@ async def models(request: web.Request) -> web.Response:
 async def flush_cache(request: web.Request) -> web.Response:
     await request.app[ENGINE].flush()
     return web.Response(text="Cache flushed.\n")
-
-
-async def kv_export(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE]
-    rid = request.headers.get("X-Request-Id", uuid.uuid4().hex)
-    if engine.model is None:
-        return _error(404, "kv export: this worker has no KV tensors (cost-model mode)", rid)
-    try:
-        body = await request.json()
-        tokens = _ids(body.get("input_ids") if isinstance(body, dict) else None, "input_ids")
-    except (BadRequest, json.JSONDecodeError) as exc:
-        return _error(400, str(exc), rid)
-    held, kv = engine.export_kv(tokens)
-    arr = engine.model.empty_kv() if kv is None else kv
-    out = {"page_size": engine.cache.page_size, "input_ids": held, "shape": list(arr.shape),
-           "dtype": "float32", "kv": np.ascontiguousarray(arr, "<f4").tobytes()}  # fmt: skip
-    return web.Response(body=msgspec.msgpack.encode(out), content_type="application/msgpack")
-
-
-async def kv_import(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE]
-    rid = request.headers.get("X-Request-Id", uuid.uuid4().hex)
-    if engine.model is None:
-        return _error(404, "kv import: this worker has no KV tensors (cost-model mode)", rid)
-    try:
-        body = msgspec.msgpack.decode(await request.read())
-        tokens = _ids(body["input_ids"], "input_ids")
-        shape = tuple(int(x) for x in body["shape"])
-        expected = engine.model.empty_kv().shape
-        if body["page_size"] != engine.cache.page_size or body["dtype"] != "float32":
-            raise BadRequest(f"page_size/dtype: expected {engine.cache.page_size}/float32")
-        if len(shape) != 5 or shape[:2] + shape[3:] != expected[:2] + expected[3:]:
-            raise BadRequest(f"shape: expected [2, L, n, kvh, hd] like {list(expected)}")
-        if shape[2] != len(tokens):
-            raise BadRequest(f"shape: expected {len(tokens)} tokens, got {shape[2]}")
-        kv = np.frombuffer(body["kv"], "<f4").reshape(shape).astype(np.float32)
-    except (BadRequest, msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
-        return _error(400, f"kv import: {exc}", rid)
-    n = await engine.import_kv(tokens, kv)
-    return web.json_response({"imported_tokens": n})
 
 
 def build_app(engine: Engine, info: ServerInfo) -> web.Application:
