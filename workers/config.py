@@ -51,6 +51,10 @@ class SidecarConfig:
     replay_timeout_ms: int = 2_000
     migration_dedupe_entries: int = 10_000
     migration_timeout_ms: int = 120_000
+    peers: tuple[tuple[int, str], ...] = ()
+    """(worker id, engine URL) of same-region workers a migration may copy KV pages from."""
+    region_workers: tuple[tuple[int, str], ...] = ()
+    """(worker id, engine URL) the load reporter polls; empty = this worker only."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -60,6 +64,11 @@ class SidecarConfig:
                 raise ConfigError(f"{f.name}: expected an int >= 1, got {value!r}")
         if not isinstance(self.worker_id, int) or self.worker_id < 0:
             raise ConfigError(f"worker_id: expected an int >= 0, got {self.worker_id!r}")
+        for what, pairs in (("peers", self.peers), ("region_workers", self.region_workers)):
+            for pair in pairs:
+                ok = len(pair) == 2 and isinstance(pair[0], int) and pair[0] >= 0
+                if not ok or not urlparse(str(pair[1])).netloc:
+                    raise ConfigError(f"{what}: expected (worker id, http URL) pairs, got {pair!r}")
         if not self.model:
             raise ConfigError("model: expected a non-empty model id, got ''")
         url = urlparse(self.engine_url)
@@ -70,6 +79,9 @@ class SidecarConfig:
                 raise ConfigError(f"endpoint: expected tcp://, ipc:// or inproc://, got {ep!r}")
             if ep is not None:
                 offset_endpoint(ep, self.dp_size - 1)
+
+    def reported_workers(self) -> list[tuple[int, str]]:
+        return list(self.region_workers) or [(self.worker_id, self.engine_url)]
 
     def events_endpoints(self) -> list[str]:
         """PUB endpoint of every DP rank."""

@@ -190,7 +190,7 @@ async def run_sidecar(
                 region = int(dep.worker_region[cfg.worker_id])
                 reporter = LoadReporter(
                     region,
-                    [(cfg.worker_id, cfg.engine_url)],
+                    cfg.reported_workers(),
                     dep.regions[region].prefill_ms_per_token,
                     cfg.load_period_ms,
                     sink,
@@ -200,7 +200,7 @@ async def run_sidecar(
                 tg.create_task(reporter.run())
             if migrate:
                 executor = MigrationExecutor(
-                    cfg.worker_id, cfg.engine_url, cfg.migration_dedupe_entries
+                    cfg.worker_id, cfg.engine_url, cfg.migration_dedupe_entries, dict(cfg.peers)
                 )
                 tg.create_task(
                     run_migrations(executor, pipe, codec, cfg.migration_timeout_ms / 1000)

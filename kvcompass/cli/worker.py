@@ -51,8 +51,32 @@ def _sidecar_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use the endpoint flags instead of the engine's /server_info",
     )
+    p.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="ID=URL",
+        help="same-region worker a migration may copy KV pages from (repeatable)",
+    )
+    p.add_argument(
+        "--region-worker",
+        action="append",
+        default=[],
+        metavar="ID=URL",
+        help="worker the load reporter polls (repeatable; default: this worker)",
+    )
     p.add_argument("--bootstrap-servers", default=None, help="Kafka (else env / default)")
     p.add_argument("--topic-prefix", default=None)
+
+
+def _pairs(values: list[str], flag: str) -> tuple[tuple[int, str], ...]:
+    out = []
+    for v in values:
+        wid, sep, url = v.partition("=")
+        if not sep or not wid.isdigit():
+            raise SystemExit(f"{flag}: expected ID=URL, got {v!r}")
+        out.append((int(wid), url))
+    return tuple(out)
 
 
 def _configs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -73,6 +97,8 @@ def _configs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         page_size_tokens=args.page_size_tokens,
         dp_size=args.dp_size,
         load_period_ms=args.load_period_ms,
+        peers=_pairs(args.peer, "--peer"),
+        region_workers=_pairs(args.region_worker, "--region-worker"),
     )
     base = {
         k: v

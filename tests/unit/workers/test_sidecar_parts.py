@@ -99,3 +99,12 @@ def test_migration_is_idempotent_per_request_id__and_filtered_by_target() -> Non
     body = ex.request_body(_migration("a", 3))
     assert body["input_ids"] == [0, 1, 2, 3, 4]
     assert body["sampling_params"] == {"max_new_tokens": 0}
+
+
+def test_region_reporter_polls_listed_workers__default_is_own_worker() -> None:
+    own = SidecarConfig(worker_id=4, engine_url="http://h:1")
+    assert own.reported_workers() == [(4, "http://h:1")]
+    region = SidecarConfig(worker_id=4, region_workers=((4, "http://a:1"), (5, "http://b:1")))
+    assert region.reported_workers() == [(4, "http://a:1"), (5, "http://b:1")]
+    with pytest.raises(ConfigError, match="peers"):
+        SidecarConfig(worker_id=4, peers=((5, "not a url"),))
