@@ -57,6 +57,8 @@ class EdgeApp:
     store: ViewStore | None = None
     in_flight: int = 0
     bound_port: int = 0
+    patch_follower: Any = None
+    """``edge.sync.PatchFollower`` when the views follow Kafka (set by ``edge.main``)."""
     local_workers: frozenset[int] = field(default_factory=frozenset)
 
     def relay_target(self, header: str) -> int:

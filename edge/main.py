@@ -64,6 +64,7 @@ async def run_edge(
     edge = assemble(config, deployment, sink=sink)
     followers = open_followers(edge, sink) if config.pipeline is not None else None
     if followers is not None:
+        edge.patch_follower = followers[0]
         resumed = followers[0].resumed
         ok = await followers[0].catch_up(BOOTSTRAP_TIMEOUT_S)
         log.info("views %s (resumed %s): caught up=%s", "resumed" if resumed else "bootstrapped",

@@ -23,7 +23,14 @@ import uuid
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from edge.app import EdgeApp
 from pipeline.dead_letter import DeadLetters, reason_code_of
@@ -141,12 +148,10 @@ class PatchFollower:
         """Read until the end offsets seen now are reached (bootstrap / resume)."""
         n = self.edge.view.n_shards
         targets = {}
-        for s in range(n):
-            low, high = await asyncio.to_thread(
-                self.consumer.get_watermark_offsets, TopicPartition(self.topic, s), 10.0
-            )
-            targets[s] = int(high) if high > low else -1
         deadline = time.monotonic() + timeout_s
+        for s in range(n):
+            low, high = await self._watermarks(s, deadline)
+            targets[s] = int(high) if high > low else -1
         while time.monotonic() < deadline:
             await self.poll_once()
             nxt = self.applier.next_offset
@@ -155,6 +160,18 @@ class PatchFollower:
                 self.save()
                 return True
         return False
+
+    async def _watermarks(self, shard: int, deadline: float) -> tuple[int, int]:
+        # A freshly created topic answers NOT_LEADER until its leader is elected: retry.
+        tp = TopicPartition(self.topic, shard)
+        while True:
+            try:
+                low, high = await asyncio.to_thread(self.consumer.get_watermark_offsets, tp, 5.0)
+                return int(low), int(high)
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
 
     async def run(self, stop: asyncio.Event) -> None:
         period_s = self.edge.config.offsets_flush_period_ms / 1000.0

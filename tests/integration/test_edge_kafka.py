@@ -1,0 +1,167 @@
+"""Edge processes against a real broker: views from index-patches, queues from queue-vectors.
+
+An edge restarted mid-run resumes from its view files (offsets in their headers) without
+re-reading the whole topic and answers identically; a second edge started late bootstraps from
+the compacted topic to the same view; broadcast queue vectors reach the router and bad ones
+become dead letters. Each edge runs the real lifecycle (``edge.main.run_edge``) in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from edge.app import EdgeApp
+from edge.config import EdgeConfig
+from edge.main import run_edge
+from kvcompass.index import DiscoveryIndex, ShardPatch
+from kvcompass.layout import TableLayout
+from pipeline.codec import AvroCodec, int32_key
+from pipeline.config import PipelineConfig
+from pipeline.patch_sink import PatchSink
+from pipeline.registry import InProcessRegistry
+from pipeline.topics import ensure_topics
+
+_spec = importlib.util.spec_from_file_location(
+    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
+)
+assert _spec is not None and _spec.loader is not None
+ec = importlib.util.module_from_spec(_spec)
+sys.modules["edge_cluster"] = ec
+_spec.loader.exec_module(ec)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+class Maintenance:
+    """The maintenance side in one object: a keyed index whose patches go to the topic."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        layout = TableLayout.for_regions([r.n_workers for r in ec.DEPLOYMENT.regions])
+        self.index = DiscoveryIndex(layout, n_shards=config.n_shards, seed=3)
+        self.producer = Producer({"bootstrap.servers": config.bootstrap_servers, "linger.ms": 2})
+        registry = InProcessRegistry()
+        self.sink = PatchSink(
+            self.producer, config.topics.index_patches, registry.writer_id("IndexPatch")
+        )
+        self.offset = 0
+
+    def send(self, patches: list[ShardPatch]) -> None:
+        self.offset += 1
+        self.sink.send(patches, [], self.offset, int(time.time() * 1000))
+        assert self.producer.flush(30) == 0
+
+    def register(self, worker: int, tokens: list[int], hasher: Any) -> None:
+        reg = ec.LEVELS.registration_lengths(int(ec.DEPLOYMENT.worker_region[worker]))
+        reg = reg[reg <= len(tokens)]
+        self.send(self.index.register(worker, hasher.keys_at(np.asarray(tokens, np.int32), reg)))
+
+
+def _config(pipe: PipelineConfig, view_dir: Path | None) -> EdgeConfig:
+    return EdgeConfig(
+        region="us", model=ec.MODEL, port=0, loads_poll_period_ms=0.0,
+        view_dir=None if view_dir is None else str(view_dir), pipeline=pipe,
+        offsets_flush_period_ms=50.0,
+    )  # fmt: skip
+
+
+async def _start(cfg: EdgeConfig) -> tuple[EdgeApp, asyncio.Event, asyncio.Task[EdgeApp]]:
+    stop = asyncio.Event()
+    started: asyncio.Future[EdgeApp] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(run_edge(cfg, ec.DEPLOYMENT, stop=stop, started=started))
+    edge = await asyncio.wait_for(started, 60)
+    return edge, stop, task
+
+
+def _answer(edge: EdgeApp, tokens: list[int]) -> tuple[int, list[int], list[int]]:
+    d, lk = edge.service.discovery.decide(np.asarray(tokens, np.int32), 0.0)
+    return d.worker, lk.match.matched_tokens.tolist(), lk.match.tiers.tolist()
+
+
+async def _until(pred: Any, what: str) -> None:
+    for _ in range(200):  # bounded: ~10 s
+        if pred():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_restart_resumes_from_view_files__and_late_edge_bootstraps_same_view(
+    kafka_admin: AdminClient, pipeline_config: PipelineConfig, tmp_path: Path
+) -> None:
+    ensure_topics(kafka_admin, pipeline_config)
+    maint = Maintenance(pipeline_config)
+    p1, p2, p3 = ec.prompt(8000, 21), ec.prompt(2000, 22), ec.prompt(5000, 23)
+
+    async def scenario() -> None:
+        maint.send(maint.index.full_images())
+        edge, stop, task = await _start(_config(pipeline_config, tmp_path / "a"))
+        hasher = edge.service.discovery.hasher
+        maint.register(2, p1, hasher)
+        maint.register(0, p2, hasher)
+        await _until(lambda: _answer(edge, p1)[1][2] == 7552, "edge A to see worker 2's prefix")
+        await _until(lambda: _answer(edge, p2)[1][0] == 1024, "edge A to see worker 0's prefix")
+        before = [_answer(edge, p) for p in (p1, p2, p3)]
+        records_first_run = edge.patch_follower.applier.stats.records
+        stop.set()
+        await task
+
+        maint.register(3, p3, hasher)  # written while edge A is down
+        edge, stop, task = await _start(_config(pipeline_config, tmp_path / "a"))
+        assert edge.patch_follower.resumed  # offsets came from the view files
+        stats = edge.patch_follower.applier.stats
+        assert 0 < stats.records < records_first_run  # only what it missed
+        await _until(lambda: _answer(edge, p3)[1][3] > 0, "edge A to see the missed patch")
+        after = [_answer(edge, p) for p in (p1, p2)]
+        assert after == before[:2]
+        a_final = [_answer(edge, p) for p in (p1, p2, p3)]
+
+        late, late_stop, late_task = await _start(_config(pipeline_config, tmp_path / "b"))
+        assert not late.patch_follower.resumed  # no files: read the compacted topic
+        assert [_answer(late, p) for p in (p1, p2, p3)] == a_final
+        for s in (stop, late_stop):
+            s.set()
+        await task
+        await late_task
+
+    asyncio.run(scenario())
+
+
+def test_queue_vectors__fold_into_router_and_bad_records_dead_lettered(
+    kafka_admin: AdminClient, pipeline_config: PipelineConfig
+) -> None:
+    ensure_topics(kafka_admin, pipeline_config)
+    codec = AvroCodec(InProcessRegistry())
+    producer = Producer({"bootstrap.servers": pipeline_config.bootstrap_servers})
+    topic = pipeline_config.topics.queue_vectors
+
+    async def scenario() -> None:
+        Maintenance(pipeline_config).send([])
+        cfg = dataclasses.replace(_config(pipeline_config, None), view_dir=None)
+        edge, stop, task = await _start(cfg)
+        await asyncio.sleep(0.5)  # the follower starts at the end of the topic
+        rec = {"region_id": 1, "worker_ids": [2], "queue_ms": [75.0], "seq": 1, "timestamp_ms": 1}
+        producer.produce(topic, codec.encode("QueueVector", rec), int32_key(1))
+        producer.produce(topic, b"\x00garbage", int32_key(1))
+        bad = {**rec, "worker_ids": [0], "seq": 2}  # worker 0 is in region us, not eu
+        producer.produce(topic, codec.encode("QueueVector", bad), int32_key(1))
+        assert producer.flush(30) == 0
+        qv = edge.service.router.queue_view
+        m = edge.service.metrics
+        await _until(lambda: m.get("dead_letters_total", topic=topic) == 2, "two dead letters")
+        assert qv.queue_ms[2] == pytest.approx(75.0)
+        assert m.total("queue_vectors_total") == 1
+        stop.set()
+        await task
+
+    asyncio.run(scenario())
