@@ -9,7 +9,7 @@ Definitions
 * ``throughput_tok_s``: prompt + output tokens of all requests / (last completion - first
   arrival). Under an open-loop replay this equals the offered token rate until the pool
   saturates, after which the makespan stretches and it drops.
-* Load factor (paper Fig. 14): per time bin (``load_bin_ms``, by arrival at the worker), each
+* Load factor (paper Fig. 14): per whole time bin (``load_bin_ms``, by arrival at the worker), each
   worker's GPU time (prefill + reload + migration recompute) divided by the mean over all
   workers in that bin; a worker's time-averaged factor is its mean over bins with any load;
   ``peak_load_factor`` is the largest time-averaged factor.
@@ -73,9 +73,11 @@ def load_factor_matrix(
         return np.zeros((0, n_workers))
     t0 = float(at_ms[ok].min())
     b = ((at_ms[ok] - t0) // bin_ms).astype(np.int64)
-    n_bins = int(b.max()) + 1
+    # Only whole bins: the last, partial one holds a handful of requests and would measure noise.
+    n_bins = max(1, int((float(at_ms[ok].max()) - t0) // bin_ms))
+    keep = b < n_bins
     load = np.zeros((n_bins, n_workers))
-    np.add.at(load, (b, worker[ok]), gpu_ms[ok])
+    np.add.at(load, (b[keep], worker[ok][keep]), gpu_ms[ok][keep])
     mean = load.mean(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         factor = np.where(mean > 0, load / mean, np.nan)
