@@ -98,6 +98,10 @@ class TableStats:
     orphan_blocks: int = 0
     unknown_removed: int = 0
     invalid_tokens: int = 0
+    hash_conflicts: int = 0
+    """Stores naming a known hash under another parent: engines whose page hash is not chained
+    to its prefix (older SGLang: hash of the page's tokens alone) alias repeated pages. The
+    rest of such an event is dropped rather than attached at the wrong position."""
     """Blocks whose token ids are outside 0..2**31-1 (our keys hash int32 ids)."""
     unindexed_medium: int = 0
     unindexed_changes: int = 0
@@ -148,12 +152,6 @@ class BlockTable:
         if tier is None:
             self.stats.unindexed_medium += len(ev.block_hashes)
             return
-        parent: Block | None = None
-        if ev.parent_block_hash is not None:
-            parent = self._blocks.get(ev.parent_block_hash)
-            if parent is None:
-                self.stats.orphan_blocks += len(ev.block_hashes)
-                return
         bs = ev.block_size
         toks = np.asarray(ev.token_ids, dtype=np.int64)
         if toks.size and (int(toks.min()) < 0 or int(toks.max()) > 2**31 - 1):
@@ -162,11 +160,23 @@ class BlockTable:
         toks32 = toks.astype(np.int32)
         n = len(ev.block_hashes)
         new_at = next((i for i, h in enumerate(ev.block_hashes) if h not in self._blocks), n)
-        for h in ev.block_hashes[:new_at]:
+        # Known blocks only gain a medium; their position was fixed when first stored, so a
+        # parent that has left the table since (all its copies gone) does not matter here.
+        expected = ev.parent_block_hash
+        parent: Block | None = None
+        for i, h in enumerate(ev.block_hashes[:new_at]):
             b = self._blocks[h]
+            if _parent_hash(b) != expected:
+                self.stats.hash_conflicts += n - i
+                return
             self._touch(b, before)
             b.tiers.add(tier)
-            parent = b
+            parent, expected = b, h
+        if new_at == 0 and ev.parent_block_hash is not None:
+            parent = self._blocks.get(ev.parent_block_hash)
+            if parent is None:
+                self.stats.orphan_blocks += n
+                return
         if new_at >= n:
             return
         start = 0 if parent is None else parent.end
@@ -186,6 +196,9 @@ class BlockTable:
                 j += 1
             known = self._blocks.get(h)
             if known is not None:  # re-stored mid-chain: keep it, only add the medium
+                if _parent_hash(known) != (None if parent is None else parent.block_hash):
+                    self.stats.hash_conflicts += n - new_at - i
+                    return
                 self._touch(known, before)
                 known.tiers.add(tier)
                 parent = known
@@ -246,6 +259,10 @@ class BlockTable:
         if run and run_key is not None:
             out.append(Change(run_key[0], run_key[1], tuple(run)))
         return out
+
+
+def _parent_hash(b: Block) -> int | None:
+    return None if b.parent is None else b.parent.block_hash
 
 
 def _chained(prev: Block, nxt: Block) -> bool:

@@ -89,3 +89,22 @@ def test_disk_medium_is_not_indexed__counted() -> None:
     t = _table()
     assert t.apply([_stored(0, 2, None, "DISK")]) == []
     assert t.stats.unindexed_medium == 2
+
+
+def test_known_hash_under_other_parent_is_a_conflict__not_moved() -> None:
+    t = _table()
+    t.apply([_stored(0, 2, None)])  # hashes 1, 2
+    alias = Stored((2, 9), 1_000, tuple(int(x) for x in TOKENS[:8]), 4, "CPU_PINNED")
+    t.apply([Stored((1_000,), None, tuple(int(x) for x in TOKENS[8:12]), 4, "GPU"), alias])
+    assert t.stats.hash_conflicts == 2
+    assert t.get(2).tiers == {Tier.VRAM} and t.get(9) is None  # type: ignore[union-attr]
+
+
+def test_dram_copy_of_block_whose_parent_left_is_kept__known_hashes() -> None:
+    t = _table()
+    t.apply([_stored(0, 2, None)])
+    t.apply([_stored(2, 2, 2)])  # blocks 3, 4 below 2
+    t.apply([Removed((1, 2), "GPU")])  # parents gone, children stay
+    (ch,) = t.apply([_stored(2, 2, 2, "CPU_PINNED"), Removed((3, 4), "GPU")])
+    assert (ch.op, ch.tier, ch.lengths) == (Op.TIER_MOVED, Tier.DRAM, [16])
+    assert t.stats.orphan_blocks == 0 and t.stats.hash_conflicts == 0
