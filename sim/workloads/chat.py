@@ -90,7 +90,7 @@ WILDCHAT = ChatParams(
     user_sd_tokens=1609.2,
     reply_mean_tokens=441.3,
     reply_sd_tokens=410.9,
-    p_shared=0.09,
+    p_shared=0.075,
 )
 """WildChat-1M (Zhao et al., ICLR 2024): longer prompts and replies, more turns."""
 
@@ -101,7 +101,7 @@ LMSYS = ChatParams(
     user_sd_tokens=143.4,
     reply_mean_tokens=214.5,
     reply_sd_tokens=226.6,
-    p_shared=0.02,
+    p_shared=0.015,
     shared_median_tokens=800.0,
 )
 """LMSYS-Chat-1M (Zheng et al., ICLR 2024): short prompts and replies, about two turns."""

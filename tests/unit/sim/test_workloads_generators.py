@@ -149,7 +149,7 @@ def test_chat__published_lengths_and_wildchat_longer_than_lmsys() -> None:
 def test_chat__cross_region_share_near_paper_17_percent() -> None:
     w = make_wildchat(100_000, 2750.0, 8, population_weights(PAPER_8), np.random.default_rng(2))
     st = sharing_stats(w, min_prefix_tokens=1024)
-    assert 0.08 < st.cross_region_share < 0.3
+    assert 0.08 < st.cross_region_share < 0.35
     assert 0 < st.remote_only_share < st.cross_region_share
 
 
