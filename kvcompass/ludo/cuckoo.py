@@ -22,7 +22,8 @@ from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, slot_of
-from kvcompass.ludo.state import EMPTY, M_NB, M_STAMP
+from kvcompass.ludo.prefetch import prefetch
+from kvcompass.ludo.state import EMPTY, M_BFS, M_BFS_NODES, M_NB, M_STAMP
 
 MAX_SEED = 254
 MAX_DEPTH = 5
@@ -32,8 +33,9 @@ _MASK8 = np.uint64(0xFF)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _ZERO = np.uint64(0)
 # scratch layout: [0:5) keys, [8:13) entries, [16:21) values, [24:29) fps, [32:40) path buckets,
-# [40:48) path drop slots, [48:56) path seeds
+# [40:48) path drop slots, [48:56) path seeds (ops.py uses [56:72))
 SK, SE, SV, SF, PB, PD, PS = 0, 8, 16, 24, 32, 40, 48
+QA = 72  # [72:76): the children of the bucket the BFS is expanding
 
 I32 = NDArray[np.int32]
 I64 = NDArray[np.int64]
@@ -262,10 +264,15 @@ def bfs_path(
     while found < 0 and qi < tail:
         x = qbucket[qi]
         if qdepth[qi] < MAX_DEPTH:
+            for s in range(4):  # the 4 children first, prefetched, so their misses overlap
+                y0, y1 = bucket_pair(skeys[x * 4 + s], bucket_seed, n_buckets)
+                alt = y1 if y0 == x else y0
+                scratch[QA + s] = np.uint64(alt)
+                prefetch(skeys, alt * 4)
+                prefetch(mark, alt)
             for s in range(4):
                 p = x * 4 + s
-                y0, y1 = bucket_pair(skeys[p], bucket_seed, n_buckets)
-                alt = y1 if y0 == x else y0
+                alt = np.int64(scratch[QA + s])
                 if alt != x and mark[alt] != stamp:
                     mark[alt] = stamp
                     qbucket[tail] = alt
@@ -277,6 +284,8 @@ def bfs_path(
                         found = tail - 1
                         break
         qi += 1
+    meta[M_BFS] += 1
+    meta[M_BFS_NODES] += tail
     if found < 0:
         return 0
     d = qdepth[found]

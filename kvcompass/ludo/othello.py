@@ -29,7 +29,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, locator_cells, mix64
-from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, TableState
+from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, TableState
 
 MAX_REBUILD_TRIES = 64
 CONNECTED, SIDE_A, SIDE_B = 0, 1, 2
@@ -106,6 +106,7 @@ def two_sided_walk(
     while True:
         seen[seen_a] = stack[top_a - 1]
         seen_a += 1
+        meta[M_WALKED] += 2
         top_a = _step(head, half, stack, via, 0, top_a, w)
         if top_a < 0:
             return CONNECTED

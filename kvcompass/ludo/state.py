@@ -42,6 +42,9 @@ M_ALLW = 6  # 1 when the locator was rebuilt: every word is an image, params cha
 M_MAXLIVE = 7  # an insert beyond this many keys asks for growth
 M_REBUILDS = 8  # locator rebuilds (statistics)
 M_KICKS = 9  # keys moved by cuckoo paths (statistics)
+M_BFS = 10  # inserts that needed a BFS (statistics)
+M_BFS_NODES = 11  # buckets queued by those searches (statistics)
+M_WALKED = 12  # nodes visited by two-sided locator walks (statistics)
 META_LEN = 16
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 QUEUE_LEN = 1024  # BFS of depth 5 from 2 roots visits at most 2+8+32+128+512 = 682 buckets
@@ -108,7 +111,7 @@ def allocate_state(params: LudoParams, max_live: int, rng_seed: int) -> TableSta
         stack=np.zeros(2 * n_nodes, np.int32),
         via=np.zeros(2 * n_nodes, np.int32),
         seen=np.zeros(2 * n_nodes, np.int32),
-        scratch=np.zeros(72, np.uint64),
+        scratch=np.zeros(80, np.uint64),
         meta=meta,
         rng=np.array([rng_seed & ((1 << 64) - 1)], dtype=np.uint64),
     )

@@ -20,11 +20,14 @@ from kvcompass.ludo.patches import PatchBatch, batch_from_arrays
 from kvcompass.ludo.state import (
     EMPTY,
     M_ALLW,
+    M_BFS,
+    M_BFS_NODES,
     M_KICKS,
     M_LIVE,
     M_NB,
     M_NW,
     M_REBUILDS,
+    M_WALKED,
     TableState,
     allocate_state,
 )
@@ -103,9 +106,15 @@ class LudoTable:
         return len(self) / self._params.n_slots
 
     def stats(self) -> dict[str, int]:
-        """Counters since this epoch began: locator rebuilds and cuckoo moves."""
+        """Counters since this epoch began (locator rebuilds, cuckoo moves, BFS and walk work)."""
         m = self._st.meta
-        return {"locator_rebuilds": int(m[M_REBUILDS]), "cuckoo_moves": int(m[M_KICKS])}
+        return {
+            "locator_rebuilds": int(m[M_REBUILDS]),
+            "cuckoo_moves": int(m[M_KICKS]),
+            "bfs_searches": int(m[M_BFS]),
+            "bfs_buckets_queued": int(m[M_BFS_NODES]),
+            "locator_walk_nodes": int(m[M_WALKED]),
+        }
 
     def update(
         self,
