@@ -10,6 +10,12 @@ China's figure is CNNIC's Dec 2023 report). They are approximate by nature (+-5%
 only as relative weights. Continental codes (``EU``, ``ASIA``, ``NA``) are ITU-2023-style
 aggregates (EU-27; Asia without the Middle East; US + Canada + Mexico).
 
+North-American deployments name regions after states, provinces or metro areas (paper App. D:
+"16 North-American regions"); ``SUBNATIONAL_POPULATION_M`` gives their resident population
+(US Census Bureau 2023 state estimates; Statistics Canada 2023 province / census-metropolitan-area
+estimates; millions, rounded) times an assumed internet penetration of 0.93 (US and Canada are
+both about 92-95% online), so they mix with the country table.
+
 A region code names the country whose users the region serves. Deployment region names such as
 ``us-east-1`` are reduced to their country part (text before the first ``-`` or ``_``); several
 regions of one country split that country's population equally (assumed: the trace carries no
@@ -63,6 +69,43 @@ INTERNET_USERS_M: MappingProxyType[str, float] = MappingProxyType(
 )
 """Approximate internet users (millions) per region code; see the module docstring for sources."""
 
+SUBNATIONAL_POPULATION_M: MappingProxyType[str, float] = MappingProxyType(
+    {
+        "california": 39.0,
+        "texas": 30.5,
+        "florida": 22.6,
+        "new-york": 19.6,
+        "pennsylvania": 13.0,
+        "illinois": 12.5,
+        "ohio": 11.8,
+        "georgia": 11.0,
+        "north-carolina": 10.8,
+        "michigan": 10.0,
+        "new-jersey": 9.3,
+        "virginia": 8.7,
+        "washington": 7.8,
+        "arizona": 7.4,
+        "massachusetts": 7.0,
+        "colorado": 5.9,
+        "minnesota": 5.7,
+        "oregon": 4.2,
+        "utah": 3.4,
+        "iowa": 3.2,
+        "nevada": 3.2,
+        "ontario": 15.6,
+        "quebec": 8.9,
+        "british-columbia": 5.6,
+        "alberta": 4.7,
+        "toronto": 6.4,
+        "montreal": 4.3,
+        "vancouver": 2.7,
+        "calgary": 1.6,
+    }
+)
+"""Resident population (millions) of North-American sub-national region names (lower case)."""
+INTERNET_PENETRATION_NA = 0.93
+"""Assumed share of US / Canadian residents online, to turn populations into internet users."""
+
 _ALIASES = MappingProxyType({"GB": "UK", "EUROPE": "EU", "APAC": "ASIA"})
 
 
@@ -77,21 +120,38 @@ def country_of(code: str) -> str:
     if c not in INTERNET_USERS_M:
         raise InvalidInputError(
             f"region code: expected one of {sorted(INTERNET_USERS_M)} (optionally with a "
-            f"'-suffix'), got {code!r}"
+            f"'-suffix') or a name in SUBNATIONAL_POPULATION_M, got {code!r}"
         )
     return c
+
+
+def _subnational(code: str) -> str | None:
+    key = code.strip().lower().replace("_", "-").replace(" ", "-")
+    return key if key in SUBNATIONAL_POPULATION_M else None
+
+
+def internet_users_m(code: str) -> float:
+    """Internet users (millions) a region code stands for, before splitting shared countries."""
+    sub = _subnational(code) if isinstance(code, str) else None
+    if sub is not None:
+        return SUBNATIONAL_POPULATION_M[sub] * INTERNET_PENETRATION_NA
+    return INTERNET_USERS_M[country_of(code)]
 
 
 def population_weights(codes: Sequence[str]) -> NDArray[np.float64]:
     """Normalised weights of the given regions, proportional to the users each one serves.
 
-    Regions that reduce to the same country split its users equally.
+    A sub-national name (``"ohio"``) uses its own population; other regions that reduce to the
+    same country split its users equally.
     """
     if len(codes) == 0:
         raise InvalidInputError("codes: expected at least one region code, got none")
-    countries = [country_of(c) for c in codes]
-    per_country = Counter(countries)
-    w = np.array([INTERNET_USERS_M[c] / per_country[c] for c in countries], dtype=np.float64)
+    keys = [_subnational(c) or country_of(c) for c in codes]
+    per_key = Counter(keys)
+    w = np.array(
+        [internet_users_m(c) / per_key[k] for c, k in zip(codes, keys, strict=True)],
+        dtype=np.float64,
+    )
     return np.asarray(w / w.sum(), dtype=np.float64)
 
 

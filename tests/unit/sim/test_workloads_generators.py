@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from kvcompass.deployment import builtin_deployment, builtin_deployment_names
 from kvcompass.errors import InvalidInputError
 from sim.workloads import WORKLOADS, load_trace
 from sim.workloads.chat import LMSYS, WILDCHAT, make_lmsys, make_wildchat
@@ -183,6 +184,14 @@ def test_regions__population_weights_split_and_reject_unknown() -> None:
     assert abs(w.sum() - 1) < 1e-12 and country_of("eu-central") == "EU"
     with pytest.raises(InvalidInputError, match="expected one of"):
         population_weights(["XX"])
+
+
+def test_regions__subnational_names_and_builtin_deployments_resolve() -> None:
+    w = population_weights(["pennsylvania", "ohio", "new-york", "calgary"])
+    assert w[2] > w[0] > w[1] > w[3] and abs(w.sum() - 1) < 1e-12
+    for name in builtin_deployment_names():
+        names = [r.name for r in builtin_deployment(name).regions]
+        assert population_weights(names).shape == (len(names),)
 
 
 def test_regions__assign_regions_follows_weights_and_skips_zero() -> None:
