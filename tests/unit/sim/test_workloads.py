@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from kvcompass.errors import InvalidInputError
 from kvcompass.keys import KeyNamespace, PrefixHasher
+from sim.workloads.sampling import concat_ranges
 from sim.workloads.tokens import TOKEN_SEED, VOCAB_SIZE, expand_blocks
 from sim.workloads.workload import Kind, Workload
-from tests.naive import expand_blocks_naive
+from tests.naive import concat_ranges_naive, expand_blocks_naive
 
 
 def _workload(rows: list[list[int]], lens: list[int], bt: int = 4) -> Workload:
@@ -56,6 +57,34 @@ def test_expand_blocks__equals_naive_twin(
     for i, (row, length) in enumerate(zip(rows, lens, strict=True)):
         got = tokens[offsets[i] : offsets[i + 1]].tolist()
         assert got == expand_blocks_naive(row, length, bt, seed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 6).flatmap(
+        lambda n: st.tuples(
+            st.lists(
+                st.lists(st.integers(0, 10**12), min_size=3, max_size=3), min_size=n, max_size=n
+            ),
+            st.lists(st.lists(st.integers(0, 7), min_size=3, max_size=3), min_size=n, max_size=n),
+        )
+    )
+)
+def test_concat_ranges__equals_naive_twin(case: tuple[list[list[int]], list[list[int]]]) -> None:
+    starts, counts = case
+    s = np.array(starts, dtype=np.int64).reshape(-1, 3)
+    c = np.array(counts, dtype=np.int64).reshape(-1, 3)
+    values, offsets = concat_ranges(s, c)
+    rows = [values[offsets[i] : offsets[i + 1]].tolist() for i in range(len(starts))]
+    assert rows == concat_ranges_naive(starts, counts)
+    assert int(offsets[-1]) == values.shape[0]
+
+
+def test_concat_ranges__rejects_negative_counts_and_shape_mismatch() -> None:
+    with pytest.raises(InvalidInputError, match="counts: expected >= 0"):
+        concat_ranges(np.zeros((1, 2), dtype=np.int64), np.array([[1, -1]]))
+    with pytest.raises(InvalidInputError, match="equal"):
+        concat_ranges(np.zeros((1, 2), dtype=np.int64), np.zeros((2, 2), dtype=np.int64))
 
 
 def test_tokens__in_vocabulary_and_int32__for_many_blocks() -> None:
