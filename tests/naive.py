@@ -62,7 +62,7 @@ def keys_at_mmh3_hasher(
 # =============================================================================================
 # kvcompass.ludo — hashes, keyless lookup, a dict-based reference table, table invariants
 # =============================================================================================
-from kvcompass.ludo import LudoParams, LudoTable, ViewArrays  # noqa: E402
+from kvcompass.ludo import LudoParams, LudoTable, PatchBatch, ViewArrays  # noqa: E402
 
 MASK64 = (1 << 64) - 1
 
@@ -120,6 +120,23 @@ def naive_lookup(params: LudoParams, arrays: ViewArrays, key: int) -> int:
             return 0
     vw = params.value_words
     return sum(int(arrays.values[pos * vw + i]) << (32 * i) for i in range(vw))
+
+
+def naive_apply(params: LudoParams, arrays: ViewArrays, batch: PatchBatch) -> None:
+    """Pure-Python patch application: bucket images, then locator words, in place."""
+    vw, fb = params.value_words, params.fp_bytes
+    for i, b in enumerate(batch.bucket_ids.tolist()):
+        arrays.seeds[b] = int(batch.bucket_seeds[i])
+        for s in range(4):
+            pos = b * 4 + s
+            v = int(batch.bucket_values[i, s])
+            for h in range(vw):
+                arrays.values[pos * vw + h] = (v >> (32 * h)) & 0xFFFFFFFF
+            f = int(batch.bucket_fps[i, s])
+            for h in range(fb):
+                arrays.fps[pos * fb + h] = (f >> (8 * h)) & 0xFF
+    for i, w in enumerate(batch.word_ids.tolist()):
+        arrays.locator[w] = int(batch.words[i])
 
 
 class NaiveLudoTable:
@@ -328,12 +345,4 @@ def expand_blocks_naive(
     """One prompt: token p is token (p mod block_tokens) of block p // block_tokens."""
     return [
         block_token(block_ids[p // block_tokens], p % block_tokens, seed) for p in range(prompt_len)
-    ]
-
-
-def concat_ranges_naive(starts: list[list[int]], counts: list[list[int]]) -> list[list[int]]:
-    """Rows as Python lists: row i is the concatenation of range(start, start + count)."""
-    return [
-        [v for s, c in zip(srow, crow, strict=True) for v in range(s, s + c)]
-        for srow, crow in zip(starts, counts, strict=True)
     ]
