@@ -346,3 +346,11 @@ def expand_blocks_naive(
     return [
         block_token(block_ids[p // block_tokens], p % block_tokens, seed) for p in range(prompt_len)
     ]
+
+
+def concat_ranges_naive(starts: list[list[int]], counts: list[list[int]]) -> list[list[int]]:
+    """Rows as Python lists: row i is the concatenation of range(start, start + count)."""
+    return [
+        [v for s, c in zip(srow, crow, strict=True) for v in range(s, s + c)]
+        for srow, crow in zip(starts, counts, strict=True)
+    ]
