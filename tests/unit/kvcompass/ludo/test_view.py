@@ -43,6 +43,41 @@ def test_lookup__equals_naive_twin__random_arrays(
     assert [v.lookup_one(k) for k in keys] == got
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    capacity=st.integers(1, 2000),
+    value_bits=st.sampled_from([32, 64]),
+    fp_bits=st.sampled_from([0, 8, 16]),
+    frac=st.floats(0.0, 1.0),
+)
+def test_apply__equals_naive_twin__random_batches(
+    seed: int, capacity: int, value_bits: int, fp_bits: int, frac: float
+) -> None:
+    v = _random_view(seed, capacity, value_bits, fp_bits)
+    p = v.params
+    rng = np.random.default_rng(seed + 1)
+    nb = int(frac * p.n_buckets)
+    nw = int(frac * p.n_locator_words)
+    batch = PatchBatch(
+        params=p,
+        header=False,
+        bucket_ids=np.sort(rng.choice(p.n_buckets, nb, replace=False)).astype(np.int64),
+        bucket_seeds=rng.integers(0, 255, nb, np.uint8),
+        bucket_values=rng.integers(0, 2**value_bits - 1, (nb, 4), np.uint64, endpoint=True),
+        bucket_fps=rng.integers(0, 2**fp_bits if fp_bits else 1, (nb, 4), np.uint16),
+        word_ids=np.sort(rng.choice(p.n_locator_words, nw, replace=False)).astype(np.int64),
+        words=rng.integers(0, 2**64 - 1, nw, np.uint64, endpoint=True),
+        commit=False,
+    )
+    a = v.arrays
+    expect = ViewArrays(a.seeds.copy(), a.values.copy(), a.fps.copy(), a.locator.copy())
+    naive.naive_apply(p, expect, batch)
+    v.apply(batch)
+    for name in ("seeds", "values", "fps", "locator"):
+        assert np.array_equal(getattr(v.arrays, name), getattr(expect, name)), name
+
+
 @njit  # no cache: test modules are imported by path (importlib mode)
 def _sum_lookups(params_arr, seeds, values, fps, locator, keys):  # type: ignore[no-untyped-def]
     total = np.uint64(0)
