@@ -19,6 +19,8 @@ _ENTRIES: dict[str, str] = {
     "kvcompass_no_xregion_reuse": "sim.schemes.kvcompass:NoXRegionReuse",
     "kvcompass_tier_blind": "sim.schemes.kvcompass:TierBlind",
     "kvcompass_no_migration": "sim.schemes.kvcompass:NoMigration",
+    "kvcompass_no_herding_guard": "sim.schemes.kvcompass:NoHerdingGuard",
+    "kvcompass_no_belief": "sim.schemes.kvcompass:NoBelief",
     "consistent_hash": "sim.schemes.consistent_hash:ConsistentHash",
     "chord": "sim.schemes.chord:Chord",
     "planetserve": "sim.schemes.planetserve:PlanetServe",

@@ -251,3 +251,17 @@ class NoMigration(KVCompass):
 
     name: ClassVar[str] = "kvcompass_no_migration"
     router_overrides: ClassVar[dict[str, Any]] = {"migration": False}
+
+
+class NoHerdingGuard(KVCompass):
+    """Switch (beyond the paper): no predicted work of the edge's own forwards between refreshes."""
+
+    name: ClassVar[str] = "kvcompass_no_herding_guard"
+    router_overrides: ClassVar[dict[str, Any]] = {"herding_guard": False}
+
+
+class NoBelief(KVCompass):
+    """Switch: cache belief fixed at 1 (claimed matches always trusted)."""
+
+    name: ClassVar[str] = "kvcompass_no_belief"
+    router_overrides: ClassVar[dict[str, Any]] = {"use_belief": False}
