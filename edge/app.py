@@ -61,6 +61,11 @@ class EdgeApp:
     """``edge.sync.PatchFollower`` when the views follow Kafka (set by ``edge.main``)."""
     local_workers: frozenset[int] = field(default_factory=frozenset)
 
+    @property
+    def limits(self) -> shapes.Limits:
+        c = self.config
+        return shapes.Limits(c.model, c.max_context_tokens, c.max_new_tokens)
+
     def relay_target(self, header: str) -> int:
         """The local worker a peer edge asks this edge to serve on (400 if not one)."""
         try:
@@ -134,8 +139,11 @@ def assemble(
         first_byte_timeout_ms=config.first_byte_timeout_ms,
     )  # fmt: skip
     local = frozenset(int(w) for w in deployment.workers_of(origin).tolist())
-    return EdgeApp(config, service, forwarder, make_tokenizer(config.tokenizer), view, pipe,
-                   registry, store, 0, 0, local)  # fmt: skip
+    return EdgeApp(
+        config=config, service=service, forwarder=forwarder,
+        tokenizer=make_tokenizer(config.tokenizer), view=view, pipeline=pipe, registry=registry,
+        store=store, local_workers=local,
+    )  # fmt: skip
 
 
 def build_app(edge: EdgeApp) -> web.Application:
@@ -233,6 +241,6 @@ async def lookup(request: web.Request) -> web.Response:
                                       param="input_ids") from None  # fmt: skip
     if "input_ids" not in src and not isinstance(src.get("text"), str):
         raise shapes.ApiError(400, "expected 'text' (string) or 'input_ids' (token ids)")
-    parsed = shapes.parse_generate(src, e.tokenizer, e.config.model, e.config.max_context_tokens)
+    parsed = shapes.parse_generate(src, e.tokenizer, e.limits)
     body: dict[str, Any] = e.service.holders(parsed.tokens)
     return web.json_response(body)

@@ -50,6 +50,8 @@ class EdgeConfig:
     """Part of the key namespace (kvcompass.keys.KeyNamespace): must match the workers'."""
     max_context_tokens: int = 131_072
     """Prompts longer than this are refused with 400 (``context_length_exceeded``)."""
+    max_new_tokens: int = 32_768
+    """Requests asking for more output tokens (``max_tokens``, ``max_new_tokens``...) get 400."""
     max_body_bytes: int = 4096 * _KIB
     """Request bodies above this get 413."""
     tokenizer: str = "builtin"
@@ -89,8 +91,8 @@ class EdgeConfig:
             raise ConfigError("edge.model: expected a non-empty model id, got ''")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"edge.port: expected 0..65535, got {self.port}")
-        for name in ("max_context_tokens", "max_body_bytes", "pool_size_per_worker",
-                     "explain_capacity"):  # fmt: skip
+        for name in ("max_context_tokens", "max_new_tokens", "max_body_bytes",
+                     "pool_size_per_worker", "explain_capacity"):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"edge.{name}: expected an int >= 1, got {value!r}")

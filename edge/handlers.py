@@ -117,7 +117,7 @@ async def _serve(request: web.Request, st: EdgeApp, kind: str, rid: str) -> web.
     body = shapes.parse_json(await _read_body(request, cfg.max_body_bytes))
     if kind == "generate" and isinstance(body.get("rid"), str) and _RID.match(body["rid"]):
         rid = body["rid"]
-    parsed = _PARSERS[kind](body, st.tokenizer, cfg.model, cfg.max_context_tokens)
+    parsed = _PARSERS[kind](body, st.tokenizer, st.limits)
     relay = request.headers.get(RELAY_HEADER)
     if relay is not None:
         worker = st.relay_target(relay)

@@ -128,16 +128,25 @@ def _check_length(tokens: Sequence[int], max_context: int, param: str) -> None:
         )
 
 
-def _check_max_tokens(body: Mapping[str, Any], names: Sequence[str]) -> None:
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one request may ask for (from ``EdgeConfig``)."""
+
+    model: str
+    max_context_tokens: int
+    max_new_tokens: int
+
+
+def _check_max_tokens(body: Mapping[str, Any], names: Sequence[str], limit: int) -> None:
     for name in names:
         value = body.get(name)
-        if value is not None and (type(value) is not int or value < 0):
-            raise ApiError(400, f"{name}: expected an int >= 0", param=name)
+        if value is not None and (type(value) is not int or not 0 <= value <= limit):
+            raise ApiError(400, f"{name}: expected an int in [0, {limit}]", param=name)
 
 
-def parse_generate(body: dict[str, Any], tok: Tokenizer, model: str, max_context: int) -> Parsed:
+def parse_generate(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     """SGLang ``/generate``: ``input_ids`` or ``text``, optional ``sampling_params``."""
-    _check_model(body, model, required=False)
+    _check_model(body, lim.model, required=False)
     if "input_ids" in body:
         tokens = _ids(body["input_ids"], "input_ids")
     elif isinstance(body.get("text"), str):
@@ -149,16 +158,16 @@ def parse_generate(body: dict[str, Any], tok: Tokenizer, model: str, max_context
     if params is not None and not isinstance(params, dict):
         raise ApiError(400, "sampling_params: expected an object", param="sampling_params")
     if params:
-        _check_max_tokens(params, ("max_new_tokens",))
-    _check_length(tokens, max_context, "input_ids")
+        _check_max_tokens(params, ("max_new_tokens",), lim.max_new_tokens)
+    _check_length(tokens, lim.max_context_tokens, "input_ids")
     fwd = {k: v for k, v in body.items() if k != "text"}
     fwd["input_ids"] = tokens
     return Parsed("generate", tokens, _stream(body), "/generate", fwd)
 
 
-def parse_completions(body: dict[str, Any], tok: Tokenizer, model: str, max_context: int) -> Parsed:
+def parse_completions(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     """OpenAI ``/v1/completions``: ``prompt`` is a string or a list of token ids."""
-    _check_model(body, model, required=True)
+    _check_model(body, lim.model, required=True)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         tokens = _encode(tok.encode, prompt, "prompt")
@@ -167,16 +176,16 @@ def parse_completions(body: dict[str, Any], tok: Tokenizer, model: str, max_cont
     else:
         raise ApiError(400, "prompt: expected a string or a list of token ids (one prompt)",
                        param="prompt")  # fmt: skip
-    _check_max_tokens(body, ("max_tokens",))
-    _check_length(tokens, max_context, "prompt")
+    _check_max_tokens(body, ("max_tokens",), lim.max_new_tokens)
+    _check_length(tokens, lim.max_context_tokens, "prompt")
     fwd = dict(body)
     fwd["prompt"] = tokens
     return Parsed("completions", tokens, _stream(body), "/v1/completions", fwd)
 
 
-def parse_chat(body: dict[str, Any], tok: Tokenizer, model: str, max_context: int) -> Parsed:
+def parse_chat(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     """OpenAI ``/v1/chat/completions``: string-content messages, templated at the edge."""
-    _check_model(body, model, required=True)
+    _check_model(body, lim.model, required=True)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages: expected a non-empty list", param="messages")
@@ -186,8 +195,8 @@ def parse_chat(body: dict[str, Any], tok: Tokenizer, model: str, max_context: in
             raise ApiError(400, "messages: expected objects with string 'role' and 'content'",
                            param="messages")  # fmt: skip
     tokens = _encode(tok.chat, messages, "messages")
-    _check_max_tokens(body, ("max_tokens", "max_completion_tokens"))
-    _check_length(tokens, max_context, "messages")
+    _check_max_tokens(body, ("max_tokens", "max_completion_tokens"), lim.max_new_tokens)
+    _check_length(tokens, lim.max_context_tokens, "messages")
     fwd = {k: v for k, v in body.items() if k not in _CHAT_ONLY_KEYS}
     if "max_completion_tokens" in fwd:
         fwd["max_tokens"] = fwd.pop("max_completion_tokens")
