@@ -135,7 +135,8 @@ class PipelineShell:
                 "linger.ms": 2,
                 "batch.num.messages": 10_000,
                 "queue.buffering.max.messages": 1_000_000,
-                "compression.type": "lz4",
+                # aiokafka (Faust's consumer) reads index-ops; it has no lz4/zstd here
+                "compression.type": "none",
                 "enable.idempotence": True,
             }
         )
@@ -271,6 +272,9 @@ def build_app(settings: WorkerSettings, shell: PipelineShell | None = None) -> f
         table_standby_replicas=0,
         stream_buffer_maxsize=max(4096, 2 * settings.take_max),
         broker_commit_interval=1.0,
+        # a killed worker's partitions move after this, not after the 60 s default
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
     )
     register_agents(app, shell or PipelineShell(settings))
     return app
