@@ -1,4 +1,4 @@
-"""KVCompass core: the pure discovery-plane logic shared by the simulator, the pipeline and the edge.
+"""KVCompass core: the pure discovery-plane logic shared by the simulator, pipeline and edge.
 
 This package owns prefix keys, latency-derived levels, the Ludo index (maintenance tables with keys,
 keyless views, patches), the joint score and its estimators. It performs no I/O and reads no

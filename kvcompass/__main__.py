@@ -18,6 +18,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kvcompass.cli.demo",
     "kvcompass.cli.kafka",
     "kvcompass.cli.sim",
+    "kvcompass.cli.pipeline",
+    "kvcompass.cli.replay",
+    "kvcompass.cli.worker",
+    "kvcompass.cli.edge",
 )
 
 

@@ -89,7 +89,7 @@ class ViewFile:
     shard: int
     params: LudoParams
     arrays: ViewArrays
-    _raw: np.memmap  # type: ignore[type-arg]
+    _raw: np.memmap
 
     @property
     def last_seq(self) -> int:
@@ -138,7 +138,7 @@ def _header(table: int, shard: int, params: LudoParams, sec: Sections) -> bytes:
     return out + b"\0" * (HEADER_SIZE - len(out))
 
 
-def _map(path: Path, table: int, shard: int, params: LudoParams, raw: np.memmap) -> ViewFile:  # type: ignore[type-arg]
+def _map(path: Path, table: int, shard: int, params: LudoParams, raw: np.memmap) -> ViewFile:
     sec = sections_for(params)
     b = params.n_buckets
     arrays = ViewArrays(
