@@ -145,6 +145,7 @@ def table2(entries: int, npc: float) -> dict[str, Any]:
         res[f"insert_p50_ns_at_{round(level * 100)}"] = p50
         res[f"insert_p99_ns_at_{round(level * 100)}"] = p99
         done = target
+    res["view_bits_per_entry_measured"] = 8 * t.view_arrays().nbytes / len(t)
     res["epoch_after_fill"] = t.epoch
     res["occupancy"] = t.occupancy
     res.update({f"fill_{k}": v for k, v in t.stats().items()})
