@@ -6,9 +6,12 @@ summary computed from it. Must not simulate anything.
 Definitions
 -----------
 * TTFT / E2E: see ``sim.cost`` (both include the WAN round trip to the serving worker).
-* ``throughput_tok_s``: prompt + output tokens of all requests / (last completion - first
-  arrival). Under an open-loop replay this equals the offered token rate until the pool
-  saturates, after which the makespan stretches and it drops.
+* ``throughput_tok_s``: prompt + output tokens of all requests / (last first token - first
+  arrival), i.e. over the makespan of the contended resource, the prefill queues. Under an
+  open-loop replay it equals the offered token rate until the pool saturates, after which the
+  makespan stretches and it drops. The decode tail is left out on purpose: decode is modelled
+  as an uncontended continuous batch (``sim.cost``), so the last request's long output would only
+  measure its length, not the scheme.
 * Load factor (paper Fig. 14): per whole time bin (``load_bin_ms``, by arrival at the worker), each
   worker's GPU time (prefill + reload + migration recompute) divided by the mean over all
   workers in that bin; a worker's time-averaged factor is its mean over bins with any load;
@@ -109,7 +112,8 @@ def summarize(
     ttft, e2e = rec.ttft_ms[done], rec.e2e_ms[done]
     prompt_tokens = int(prompt_len[done].sum())
     reused = int(rec.reused[done].sum())
-    span_s = (float(np.nanmax(rec.done_ms)) - float(arrival_ms[0])) / 1e3
+    first_token = arrival_ms[done] + ttft
+    span_s = (float(first_token.max()) - float(arrival_ms[0])) / 1e3
     w, at, gpu = rec.worker, rec.arrive_worker_ms, rec.service_ms
     if extra_gpu is not None and extra_gpu[0].size:
         w = np.concatenate([w, extra_gpu[0]])
