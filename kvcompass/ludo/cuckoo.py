@@ -35,7 +35,6 @@ _ZERO = np.uint64(0)
 # scratch layout: [0:5) keys, [8:13) entries, [16:21) values, [24:29) fps, [32:40) path buckets,
 # [40:48) path drop slots, [48:56) path seeds (ops.py uses [56:72))
 SK, SE, SV, SF, PB, PD, PS = 0, 8, 16, 24, 32, 40, 48
-QA = 72  # [72:76): the children of the bucket the BFS is expanding
 
 I32 = NDArray[np.int32]
 I64 = NDArray[np.int64]
@@ -231,6 +230,7 @@ def bfs_path(
     qparent: I32,
     qslot: I32,
     qdepth: I32,
+    qalt: I32,
     key: np.uint64,
     b0: Int,
     b1: Int,
@@ -260,30 +260,39 @@ def bfs_path(
         if count(skeys, qbucket[qi]) < 4:
             found = qi
             break
-    qi = 0
-    while found < 0 and qi < tail:
-        x = qbucket[qi]
-        if qdepth[qi] < MAX_DEPTH:
-            for s in range(4):  # the 4 children first, prefetched, so their misses overlap
+    lo, hi, depth = 0, tail, 1
+    while found < 0 and depth < MAX_DEPTH and lo < hi:
+        # level-synchronous: hash and prefetch every child of this level first, so the level's
+        # cache misses overlap instead of costing one round trip per child
+        nc = 0
+        for qi in range(lo, hi):
+            x = qbucket[qi]
+            for s in range(4):
                 y0, y1 = bucket_pair(skeys[x * 4 + s], bucket_seed, n_buckets)
                 alt = y1 if y0 == x else y0
-                scratch[QA + s] = np.uint64(alt)
+                qalt[nc] = alt
+                nc += 1
                 prefetch(skeys, alt * 4)
                 prefetch(mark, alt)
+        c = 0
+        for qi in range(lo, hi):
+            x = qbucket[qi]
             for s in range(4):
-                p = x * 4 + s
-                alt = np.int64(scratch[QA + s])
+                alt = qalt[c]
+                c += 1
                 if alt != x and mark[alt] != stamp:
                     mark[alt] = stamp
                     qbucket[tail] = alt
                     qparent[tail] = qi
-                    qslot[tail] = p
-                    qdepth[tail] = qdepth[qi] + 1
+                    qslot[tail] = x * 4 + s
+                    qdepth[tail] = depth + 1
                     tail += 1
-                    if count(skeys, alt) < 4:  # checked on discovery: the shallowest room
+                    if count(skeys, alt) < 4:  # the first child with room is the shallowest
                         found = tail - 1
                         break
-        qi += 1
+            if found >= 0:
+                break
+        lo, hi, depth = hi, tail, depth + 1
     meta[M_BFS] += 1
     meta[M_BFS_NODES] += tail
     if found < 0:

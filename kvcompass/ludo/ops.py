@@ -234,6 +234,7 @@ def update_batch(
     loc, head, half, wdirty, wlist = st.locator, st.head, st.half, st.wdirty, st.wlist
     stack, via, seen = st.stack, st.via, st.seen
     mark, qbucket, qparent, qslot, qdepth = st.mark, st.qbucket, st.qparent, st.qslot, st.qdepth
+    qalt = st.qalt
     wide = params[4] == 64
     fb = np.int64(params[5])
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
@@ -282,6 +283,7 @@ def update_batch(
                     qparent,
                     qslot,
                     qdepth,
+                    qalt,
                     key,
                     b0,
                     b1,

@@ -15,10 +15,11 @@ Layout, with ``B`` buckets, ``S = 4B`` slots, ``E = S`` entry ids, ``N = ma + mb
 * Othello: edge ``e`` has half-edges ``2e`` (in the list of its A-side cell) and ``2e+1`` (B-side);
   ``half[3h:3h+3] = (next, prev, other endpoint)`` (one cache line per edge), ``head[N]`` the first
   half-edge of each node (-1 = none). Doubly linked, so unlinking is O(1).
-* dirty sets (deduplicate images within one call): ``bdirty``/``blist`` buckets, ``wdirty``/
-  ``wlist`` locator words; scratch for BFS (``qbucket``/``qparent``/``qslot``/``qdepth``, ``mark``
-  stamps) and the two-sided tree walks (``stack``/``via``/``seen``, ``2N`` each: side A uses
-  ``[0, N)``, side B ``[N, 2N)``).
+* dirty sets (deduplicate images within one call): ``bdirty``/``blist`` buckets,
+  ``wdirty``/``wlist`` locator words.
+* scratch: BFS queue (``qbucket``/``qparent``/``qslot``/``qdepth``), one level's children
+  (``qalt``), visit stamps (``mark``); the two-sided tree walks (``stack``/``via``/``seen``,
+  ``2N`` each: side A uses ``[0, N)``, side B ``[N, 2N)``; zero pages until touched).
 * ``meta``: int64 scalars at the ``M_*`` indices below; ``rng[0]``: splitmix64 state for new
   locator seeds.
 """
@@ -72,6 +73,7 @@ class TableState(NamedTuple):
     qparent: NDArray[np.int32]
     qslot: NDArray[np.int32]
     qdepth: NDArray[np.int32]
+    qalt: NDArray[np.int32]
     stack: NDArray[np.int32]
     via: NDArray[np.int32]
     seen: NDArray[np.int32]
@@ -108,10 +110,11 @@ def allocate_state(params: LudoParams, max_live: int, rng_seed: int) -> TableSta
         qparent=np.zeros(QUEUE_LEN, np.int32),
         qslot=np.zeros(QUEUE_LEN, np.int32),
         qdepth=np.zeros(QUEUE_LEN, np.int32),
+        qalt=np.zeros(4 * QUEUE_LEN, np.int32),
         stack=np.zeros(2 * n_nodes, np.int32),
         via=np.zeros(2 * n_nodes, np.int32),
         seen=np.zeros(2 * n_nodes, np.int32),
-        scratch=np.zeros(80, np.uint64),
+        scratch=np.zeros(72, np.uint64),
         meta=meta,
         rng=np.array([rng_seed & ((1 << 64) - 1)], dtype=np.uint64),
     )
