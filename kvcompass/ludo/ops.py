@@ -353,9 +353,8 @@ def clear_all(st: TableState, mask: np.uint64) -> None:
 
 
 @njit(cache=True)
-def get_batch(st: TableState, keys: U64, out: U64) -> None:
-    """Exact values (0 = absent) from the keyed side."""
-    params, skeys, values = st.params, st.skeys, st.values
+def get_batch(params: U64, skeys: U64, values: U32, keys: U64, out: U64) -> None:
+    """Exact values (0 = absent) from the keyed side (three arrays: cheap to dispatch)."""
     wide = params[4] == 64
     for i in range(keys.shape[0]):
         b0, b1 = bucket_pair(keys[i], params[6], params[1])

@@ -156,7 +156,8 @@ class LudoTable:
         """Exact values for ``keys`` (0 = absent)."""
         keys = check_keys(keys)
         out = np.empty(keys.shape[0], np.uint64)
-        ops.get_batch(self._st, keys, out)
+        st = self._st
+        ops.get_batch(st.params, st.skeys, st.values, keys, out)
         return out
 
     def items(self) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
@@ -216,7 +217,10 @@ class LudoTable:
 
     def _emit(self, *, full: bool) -> PatchBatch:
         st = self._st
-        header = bool(st.meta[M_ALLW])
+        meta = st.meta
+        if not (full or meta[M_NB] or meta[M_NW] or meta[M_ALLW]):
+            return PatchBatch.empty(self._params)
+        header = bool(meta[M_ALLW])
         if full or header:  # a locator rebuild changed the seed in st.params
             self._params = LudoParams.from_array(st.params.copy())
         if full:
