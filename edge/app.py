@@ -26,7 +26,7 @@ from edge.config import EdgeConfig
 from edge.feedback import encode_queue_header
 from edge.forwarder import Forwarder, Route
 from edge.handlers import error_middleware, make_completion_handler
-from edge.service import EdgeService
+from edge.service import EdgeService, NullSink
 from edge.tokenizer import Tokenizer, make_tokenizer
 from kvcompass.deployment import Deployment
 from kvcompass.discovery import EdgeDiscovery
@@ -40,7 +40,7 @@ from kvcompass.view_file import ViewStore
 from pipeline.codec import AvroCodec
 from pipeline.config import PipelineConfig
 from pipeline.registry import SchemaRegistry, registry_from_url
-from workers.sink import MemorySink, RecordSink
+from workers.sink import RecordSink
 
 
 @dataclass(slots=True)
@@ -113,7 +113,7 @@ def assemble(
     codec = AvroCodec(registry)
     service = EdgeService(
         deployment, discovery, model=config.model, codec=codec,
-        sink=sink if sink is not None else MemorySink(), topics=pipe.topics,
+        sink=sink if sink is not None else NullSink(), topics=pipe.topics,
         decision_sample_rate=config.decision_sample_rate,
         explain_capacity=config.explain_capacity, seed=config.seed,
     )  # fmt: skip

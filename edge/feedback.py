@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,11 +59,24 @@ def reused_tokens(obj: Any) -> int | None:
     return None
 
 
+_CACHED = re.compile(rb'"cached_tokens"\s*:\s*(\d{1,12})\s*[,}]')
+
+
 def reused_from_json(raw: bytes) -> int | None:
-    """``reused_tokens`` of a whole JSON body (None if it is not JSON)."""
+    """``reused_tokens`` of a whole JSON body (None if it is not JSON or names no count).
+
+    Fast path: the first ``"cached_tokens": <int>`` member, found by a regex over the bytes
+    (a JSON string cannot contain an unescaped quote, so this only matches a member name). A body
+    of any size costs microseconds; only bodies without it are parsed in full.
+    """
+    m = _CACHED.search(raw)
+    if m is not None:
+        return int(m.group(1))
+    if b"cached_tokens" not in raw:
+        return None
     try:
         return reused_tokens(json.loads(raw))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

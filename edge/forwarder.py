@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import aiohttp
+import yarl
 
 from edge.feedback import RELAY_HEADER
 
@@ -64,6 +65,7 @@ class Forwarder:
             sock_read=first_byte_timeout_ms / 1000.0,
         )
         self._sessions: dict[int, aiohttp.ClientSession] = {}
+        self._urls: dict[tuple[int, str], yarl.URL] = {}
 
     def reachable(self, worker: int) -> bool:
         return worker in self.routes
@@ -73,7 +75,11 @@ class Forwarder:
         if s is None or s.closed:
             conn = aiohttp.TCPConnector(limit=self._pool_size, ttl_dns_cache=300)
             s = aiohttp.ClientSession(
-                connector=conn, timeout=self._timeout, auto_decompress=False, trust_env=False
+                connector=conn,
+                timeout=self._timeout,
+                auto_decompress=False,
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
             self._sessions[worker] = s
         return s

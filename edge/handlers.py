@@ -114,20 +114,21 @@ def make_completion_handler(kind: str) -> Any:
 
 async def _serve(request: web.Request, st: EdgeApp, kind: str, rid: str) -> web.StreamResponse:
     cfg = st.config
-    body = shapes.parse_json(await _read_body(request, cfg.max_body_bytes))
+    raw = await _read_body(request, cfg.max_body_bytes)
+    body = shapes.parse_json(raw)
     if kind == "generate" and isinstance(body.get("rid"), str) and _RID.match(body["rid"]):
         rid = body["rid"]
     parsed = _PARSERS[kind](body, st.tokenizer, st.limits)
     relay = request.headers.get(RELAY_HEADER)
     if relay is not None:
         worker = st.relay_target(relay)
-        return await _proxy(request, st, kind, rid, parsed, [worker], None)
+        return await _proxy(request, st, kind, rid, raw, parsed, [worker], None)
     ex = st.service.decide(rid, parsed.tokens)
     cands = st.service.candidates(ex, st.forwarder.reachable)[:2]
     if not cands:
         raise shapes.ApiError(503, "no reachable worker can serve this request",
                               "service_unavailable", code="no_candidates")  # fmt: skip
-    return await _proxy(request, st, kind, rid, parsed, cands, ex)
+    return await _proxy(request, st, kind, rid, raw, parsed, cands, ex)
 
 
 async def _proxy(
@@ -135,12 +136,14 @@ async def _proxy(
     st: EdgeApp,
     kind: str,
     rid: str,
+    raw: bytes,
     parsed: shapes.Parsed,
     cands: list[int],
     ex: Explained | None,
 ) -> web.StreamResponse:
     metrics = st.service.metrics
-    payload = json.dumps(parsed.forward_body, separators=(",", ":")).encode()
+    fwd = parsed.forward_body
+    payload = raw if fwd is None else json.dumps(fwd, separators=(",", ":")).encode()
     headers = {"Content-Type": "application/json", "X-Request-Id": rid}
     resp: aiohttp.ClientResponse | None = None
     worker = -1

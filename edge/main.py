@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import tomllib
@@ -23,7 +24,8 @@ from aiohttp import web
 from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
 from edge.loads import LocalLoads
-from edge.sync import NullSink, open_followers
+from edge.service import NullSink
+from edge.sync import open_followers
 from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import Deployment
 from kvcompass.errors import ConfigError
@@ -69,6 +71,10 @@ async def run_edge(
         ok = await followers[0].catch_up(BOOTSTRAP_TIMEOUT_S)
         log.info("views %s (resumed %s): caught up=%s", "resumed" if resumed else "bootstrapped",
                  resumed, ok)  # fmt: skip
+    # Everything allocated so far (numba, numpy, the deployment) lives for the whole process: move
+    # it out of the collector's reach, so a gen-2 pass does not stall requests for milliseconds.
+    gc.collect()
+    gc.freeze()
     drain_s = config.drain_timeout_ms / 1000.0
     runner = web.AppRunner(build_app(edge), access_log=None, shutdown_timeout=drain_s)
     await runner.setup()

@@ -47,8 +47,12 @@ class Metrics:
         self._counters: dict[tuple[str, Labels], float] = {}
 
     def inc(self, name: str, value: float = 1.0, **labels: str | int) -> None:
-        key = (name, tuple(sorted((k, str(v)) for k, v in labels.items())))
-        self._counters[key] = self._counters.get(key, 0.0) + value
+        if labels:
+            key = (name, tuple(sorted((k, str(v)) for k, v in labels.items())))
+        else:
+            key = (name, ())
+        c = self._counters
+        c[key] = c.get(key, 0.0) + value
 
     def get(self, name: str, **labels: str | int) -> float:
         """One counter's value (0 if never incremented); for tests and the benchmark."""

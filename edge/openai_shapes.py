@@ -18,10 +18,13 @@ also echoed in the ``X-Request-Id`` header.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
 
 from edge.tokenizer import Tokenizer
 
@@ -65,28 +68,45 @@ class Parsed:
 
     kind: str
     """``generate``, ``completions`` or ``chat``."""
-    tokens: list[int]
+    tokens: NDArray[np.int32]
     stream: bool
     worker_path: str
-    forward_body: dict[str, Any]
+    forward_body: dict[str, Any] | None
+    """The body to send; None: the client's bytes as they came (they already carry the ids)."""
+
+
+_DECODE = msgspec.json.Decoder()
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or 400."""
+    """The body as a JSON object, or 400 (msgspec: ~4x faster than ``json`` on id lists)."""
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, deep nesting
+        body = _DECODE.decode(raw)
+    except (msgspec.DecodeError, ValueError, RecursionError) as exc:  # bad JSON, UTF-8, depth
         raise ApiError(400, f"body: expected valid JSON: {str(exc)[:200]}") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"body: expected a JSON object, got {type(body).__name__}")
     return body
 
 
-def _ids(value: Any, param: str) -> list[int]:
-    ok = isinstance(value, list) and all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in value)
-    if not ok:
-        raise ApiError(400, f"{param}: expected a list of token ids in [0, 2^31)", param=param)
-    return list(value)
+def _ids(value: Any, param: str) -> NDArray[np.int32]:
+    """Token ids, validated in one numpy pass (a per-element Python check costs ~50 µs at 512).
+
+    JSON ``true``/``false`` inside a list of ints read as 1/0 (numpy's coercion); every other
+    non-integer, nested list or out-of-range id is refused.
+    """
+    bad = ApiError(400, f"{param}: expected a list of token ids in [0, 2^31)", param=param)
+    if not isinstance(value, list):
+        raise bad
+    if not value:
+        return np.zeros(0, dtype=np.int32)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, OverflowError, TypeError):
+        raise bad from None
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or arr.min() < 0 or arr.max() > MAX_TOKEN_ID:
+        raise bad
+    return arr.astype(np.int32)
 
 
 def _stream(body: Mapping[str, Any]) -> bool:
@@ -116,8 +136,8 @@ def _check_model(body: Mapping[str, Any], served: str, required: bool) -> None:
         )
 
 
-def _check_length(tokens: Sequence[int], max_context: int, param: str) -> None:
-    if not tokens:
+def _check_length(tokens: NDArray[np.int32], max_context: int, param: str) -> None:
+    if not len(tokens):
         raise ApiError(400, f"{param}: expected a non-empty prompt", param=param)
     if len(tokens) > max_context:
         raise ApiError(
@@ -147,10 +167,12 @@ def _check_max_tokens(body: Mapping[str, Any], names: Sequence[str], limit: int)
 def parse_generate(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     """SGLang ``/generate``: ``input_ids`` or ``text``, optional ``sampling_params``."""
     _check_model(body, lim.model, required=False)
+    ids: list[int] | None = None
     if "input_ids" in body:
         tokens = _ids(body["input_ids"], "input_ids")
     elif isinstance(body.get("text"), str):
-        tokens = _encode(tok.encode, body["text"], "text")
+        ids = _encode(tok.encode, body["text"], "text")
+        tokens = np.asarray(ids, dtype=np.int32)
     else:
         raise ApiError(400, "expected 'input_ids' (list of ints) or 'text' (string)",
                        param="input_ids")  # fmt: skip
@@ -160,8 +182,10 @@ def parse_generate(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     if params:
         _check_max_tokens(params, ("max_new_tokens",), lim.max_new_tokens)
     _check_length(tokens, lim.max_context_tokens, "input_ids")
-    fwd = {k: v for k, v in body.items() if k != "text"}
-    fwd["input_ids"] = tokens
+    fwd = None
+    if ids is not None:
+        fwd = {k: v for k, v in body.items() if k != "text"}
+        fwd["input_ids"] = ids
     return Parsed("generate", tokens, _stream(body), "/generate", fwd)
 
 
@@ -169,8 +193,10 @@ def parse_completions(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Pars
     """OpenAI ``/v1/completions``: ``prompt`` is a string or a list of token ids."""
     _check_model(body, lim.model, required=True)
     prompt = body.get("prompt")
+    ids: list[int] | None = None
     if isinstance(prompt, str):
-        tokens = _encode(tok.encode, prompt, "prompt")
+        ids = _encode(tok.encode, prompt, "prompt")
+        tokens = np.asarray(ids, dtype=np.int32)
     elif isinstance(prompt, list) and (not prompt or type(prompt[0]) is int):
         tokens = _ids(prompt, "prompt")
     else:
@@ -178,8 +204,10 @@ def parse_completions(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Pars
                        param="prompt")  # fmt: skip
     _check_max_tokens(body, ("max_tokens",), lim.max_new_tokens)
     _check_length(tokens, lim.max_context_tokens, "prompt")
-    fwd = dict(body)
-    fwd["prompt"] = tokens
+    fwd = None
+    if ids is not None:
+        fwd = dict(body)
+        fwd["prompt"] = ids
     return Parsed("completions", tokens, _stream(body), "/v1/completions", fwd)
 
 
@@ -194,13 +222,14 @@ def parse_chat(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
         if not ok or not isinstance(m.get("role", "user"), str):
             raise ApiError(400, "messages: expected objects with string 'role' and 'content'",
                            param="messages")  # fmt: skip
-    tokens = _encode(tok.chat, messages, "messages")
+    ids = _encode(tok.chat, messages, "messages")
+    tokens = np.asarray(ids, dtype=np.int32)
     _check_max_tokens(body, ("max_tokens", "max_completion_tokens"), lim.max_new_tokens)
     _check_length(tokens, lim.max_context_tokens, "messages")
     fwd = {k: v for k, v in body.items() if k not in _CHAT_ONLY_KEYS}
     if "max_completion_tokens" in fwd:
         fwd["max_tokens"] = fwd.pop("max_completion_tokens")
-    fwd["prompt"] = tokens
+    fwd["prompt"] = ids
     return Parsed("chat", tokens, _stream(body), "/v1/completions", fwd)
 
 

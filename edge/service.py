@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from edge.metrics import Metrics
 from kvcompass.deployment import Deployment
@@ -29,6 +30,19 @@ from pipeline.config import TopicNames
 from workers.sink import RecordSink
 
 
+class NullSink:
+    """Records go nowhere (an edge without Kafka); counts them so nothing vanishes unseen."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        self.dropped += 1
+
+    def flush(self, timeout_s: float = 10.0) -> int:
+        return 0
+
+
 @dataclass(slots=True)
 class Explained:
     """One recent decision and what became of it."""
@@ -38,6 +52,9 @@ class Explained:
     served_by: int = -1
     reused_tokens: int | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+_TIER_NAMES = tuple(t.name for t in sorted(Tier))
 
 
 def _monotonic_ms() -> float:
@@ -70,7 +87,8 @@ class EdgeService:
         self.codec = codec
         self.sink = sink
         self.topics = topics
-        self.sample_rate = decision_sample_rate
+        # Without a broker (NullSink) nothing would read the records: skip building them.
+        self.sample_rate = 0.0 if isinstance(sink, NullSink) else decision_sample_rate
         self.explain_capacity = explain_capacity
         self.metrics = Metrics()
         self.clock_ms = clock_ms
@@ -80,7 +98,7 @@ class EdgeService:
         """Monotonic ms of the last patch applied to the view (set by ``edge.sync``)."""
 
     # -- per request ------------------------------------------------------------------------
-    def decide(self, request_id: str, tokens: list[int]) -> Explained:
+    def decide(self, request_id: str, tokens: NDArray[np.int32]) -> Explained:
         """Look up and score; remember the decision for /debug/explain."""
         arr = np.asarray(tokens, dtype=np.int32)
         decision, lookup = self.discovery.decide(arr, self.clock_ms())
@@ -90,7 +108,7 @@ class EdgeService:
             self.recent.popitem(last=False)
         m = self.metrics
         m.inc("decisions_total")
-        m.inc("matched_tokens_total", int(lookup.match.matched_tokens.max(initial=0)))
+        m.inc("matched_tokens_total", decision.claimed_tokens)
         return ex
 
     def candidates(self, ex: Explained, reachable: Callable[[int], bool]) -> list[int]:
@@ -111,7 +129,9 @@ class EdgeService:
         hit = np.flatnonzero(rows == worker)
         return int(d.top_terms[hit[0], sc.TERM_MATCHED]) if hit.size else 0
 
-    def on_forward(self, request_id: str, ex: Explained, worker: int, tokens: list[int]) -> None:
+    def on_forward(
+        self, request_id: str, ex: Explained, worker: int, tokens: NDArray[np.int32]
+    ) -> None:
         """The request is on its way to ``worker``: herding guard, hot prefixes, records."""
         now = self.clock_ms()
         d = ex.decision
@@ -127,7 +147,8 @@ class EdgeService:
             ex.lookup.family_key, ex.lookup.match.matched_tokens, d, now
         ):
             self._publish_migration(mig, tokens)
-        if self.sample_rate >= 1.0 or self._rng.random() < self.sample_rate:
+        rate = self.sample_rate
+        if rate >= 1.0 or (rate > 0.0 and self._rng.random() < rate):
             self._publish_decision(request_id, ex, worker)
 
     def on_response(
@@ -185,7 +206,7 @@ class EdgeService:
             "candidates": cands,
         }
 
-    def holders(self, tokens: list[int]) -> dict[str, Any]:
+    def holders(self, tokens: NDArray[np.int32]) -> dict[str, Any]:
         """/debug/lookup: every worker with a match for this prompt, longest first."""
         lk = self.discovery.lookup(np.asarray(tokens, dtype=np.int32))
         m = lk.match
@@ -213,18 +234,18 @@ class EdgeService:
         m = ex.lookup.match
         cands = [
             {
-                "worker_id": t.worker,
-                "region_id": int(wr[t.worker]),
-                "matched_tokens": t.matched_tokens,
-                "tier": t.tier.name,
-                "belief": t.belief,
-                "wan_ms": t.wan_ms,
-                "queue_ms": t.queue_ms,
-                "prefill_ms": t.prefill_ms,
-                "reload_ms": t.reload_ms,
-                "score_ms": t.score_ms,
+                "worker_id": int(row[sc.TERM_WORKER]),
+                "region_id": int(wr[int(row[sc.TERM_WORKER])]),
+                "matched_tokens": int(row[sc.TERM_MATCHED]),
+                "tier": _TIER_NAMES[int(row[sc.TERM_TIER])],
+                "belief": row[sc.TERM_BELIEF],
+                "wan_ms": row[sc.TERM_WAN],
+                "queue_ms": row[sc.TERM_QUEUE],
+                "prefill_ms": row[sc.TERM_PREFILL],
+                "reload_ms": row[sc.TERM_RELOAD],
+                "score_ms": row[sc.TERM_SCORE],
             }
-            for t in d.explain()
+            for row in d.top_terms.tolist()
         ]
         cands.sort(key=lambda c: c["worker_id"] != worker)  # stable: chosen first
         matched = int(m.matched_tokens[worker])
@@ -244,7 +265,7 @@ class EdgeService:
         self._send(self.topics.routing_decisions, request_id.encode(), "RoutingDecision", rec)
         self.metrics.inc("decisions_published_total")
 
-    def _publish_migration(self, mig: MigrationRequest, tokens: list[int]) -> None:
+    def _publish_migration(self, mig: MigrationRequest, tokens: NDArray[np.int32]) -> None:
         n = min(mig.prefix_tokens, len(tokens))
         prefix = np.asarray(tokens[:n], dtype="<i4")
         hasher = self.discovery.hasher

@@ -40,19 +40,6 @@ from workers.sink import RecordSink
 _MAX_BATCH = 5000
 
 
-class NullSink:
-    """Records go nowhere (an edge without Kafka); counts them so nothing vanishes unseen."""
-
-    def __init__(self) -> None:
-        self.dropped = 0
-
-    def send(self, topic: str, key: bytes, value: bytes) -> None:
-        self.dropped += 1
-
-    def flush(self, timeout_s: float = 10.0) -> int:
-        return 0
-
-
 class SinkProducer:
     """``pipeline.patch_sink.ProducerPort`` over a ``RecordSink`` (for ``DeadLetters``)."""
 

@@ -193,3 +193,28 @@ def test_every_decision__published_as_routing_decision_record() -> None:
             assert rec["candidates"][0]["worker_id"] == rec["chosen_worker_id"]
 
     run(scenario())
+
+
+def test_hot_remote_prefix__migration_request_published_for_idle_local_worker() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us")
+            now = [0.0]
+            app.service.clock_ms = lambda: now[0]  # a fake clock: idleness needs 500 ms
+            app.service.router.set_local_queues([0.0, 0.0], 0.0)
+            tokens = ec.prompt(8000, seed=6)
+            await ec.prime(c.workers[2], tokens)
+            c.register(2, tokens)
+            for i in range(3):  # H = 3 misses of one family within T_h = 1 s
+                now[0] = 1000.0 + i
+                await _generate(client, tokens, f"r-hot-{i}")
+            recs = c.sinks["us"].of(app.pipeline.topics.migrations)
+            assert len(recs) == 1
+            _, mig = app.service.codec.decode(recs[0][1])
+            assert mig["mode"] == "CROSS_REGION_RECOMPUTE" and mig["tier"] == "DRAM"
+            assert mig["source_worker_id"] == 2 and mig["target_worker_id"] in (0, 1)
+            n = mig["prefix_length_tokens"]
+            assert n == 7552 and mig["prefix_tokens"] == np.asarray(tokens[:n], "<i4").tobytes()
+            assert mig["first_level_key"] == (await _explain(client, "r-hot-2"))["family_key"]
+
+    run(scenario())

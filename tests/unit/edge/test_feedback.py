@@ -79,3 +79,11 @@ def test_queue_header__out_of_range_ids_and_negative_queues_refused() -> None:
     assert decode_queue_header("v1;r=7;q=2:1.0", 3, 14) is None
     assert decode_queue_header("v1;r=1;q=2:1.0,2:3.0", 3, 14) is None
     assert decode_queue_header("v1;r=1;q=2:nan", 3, 14) is None
+
+
+def test_reused_from_json__fast_path_and_full_parse_agree() -> None:
+    body = {"text": 'says "cached_tokens": 99', "meta_info": {"cached_tokens": 7, "x": 1}}
+    assert reused_from_json(json.dumps(body).encode()) == 7
+    details = {"meta_info": {"cached_tokens_details": {"device": 3, "host": 4}}}
+    assert reused_from_json(json.dumps(details).encode()) == 7
+    assert reused_from_json(b'{"text": "no count"}') is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from edge import openai_shapes as shapes
@@ -21,9 +22,15 @@ def _err(fn: Any, body: dict[str, Any]) -> shapes.ApiError:
 
 def test_generate__text_is_tokenized_and_forwarded_as_ids() -> None:
     p = shapes.parse_generate({"text": "hi", "stream": True}, TOK, LIM)
-    assert p.tokens == [104, 105] and p.stream
+    assert p.tokens.tolist() == [104, 105] and p.stream
     assert p.forward_body == {"input_ids": [104, 105], "stream": True}
     assert p.worker_path == "/generate"
+
+
+def test_generate__ids_forwarded_as_the_client_sent_them() -> None:
+    p = shapes.parse_generate({"input_ids": [5, 2**31 - 1], "rid": "x"}, TOK, LIM)
+    assert p.tokens.dtype == np.int32 and p.tokens.tolist() == [5, 2**31 - 1]
+    assert p.forward_body is None
 
 
 def test_chat__forwarded_as_completion_of_templated_ids() -> None:
@@ -41,7 +48,11 @@ def test_chat__forwarded_as_completion_of_templated_ids() -> None:
     [
         (shapes.parse_generate, {}, 400, None),
         (shapes.parse_generate, {"input_ids": [1, -1]}, 400, None),
-        (shapes.parse_generate, {"input_ids": [1, True]}, 400, None),
+        (shapes.parse_generate, {"input_ids": [1, 2.5]}, 400, None),
+        (shapes.parse_generate, {"input_ids": [1, "2"]}, 400, None),
+        (shapes.parse_generate, {"input_ids": [[1, 2]]}, 400, None),
+        (shapes.parse_generate, {"input_ids": [2**31]}, 400, None),
+        (shapes.parse_generate, {"input_ids": [2**70]}, 400, None),
         (shapes.parse_generate, {"input_ids": []}, 400, None),
         (shapes.parse_generate, {"input_ids": [1] * 101}, 400, "context_length_exceeded"),
         (shapes.parse_generate, {"text": "x", "model": "other"}, 404, "model_not_found"),
