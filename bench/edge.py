@@ -66,8 +66,11 @@ def _fake_worker(port: int) -> None:
             "meta_info": {"id": "x", "prompt_tokens": 1, "cached_tokens": 0},
         }
     ).encode()
-    chunks = [b'data: {"text":"a","meta_info":{"cached_tokens":0}}\n\n',
-              b'data: {"text":"ab","meta_info":{"cached_tokens":0}}\n\n', b"data: [DONE]\n\n"]  # fmt: skip
+    chunks = [
+        b'data: {"text":"a","meta_info":{"cached_tokens":0}}\n\n',
+        b'data: {"text":"ab","meta_info":{"cached_tokens":0}}\n\n',
+        b"data: [DONE]\n\n",
+    ]
 
     async def generate(request: web.Request) -> web.StreamResponse:
         req = await request.json()
@@ -111,8 +114,8 @@ def _edge(port: int, worker_url: str, entries: int, prompt_tokens: int, seed: in
     edge = assemble(cfg, dep)
     layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
     n_shards = edge.view.n_shards
-    index = DiscoveryIndex(layout, n_shards=n_shards, seed=seed,
-                           initial_capacity=entries // (layout.n_tables * n_shards) + 1024)  # fmt: skip
+    per_view = entries // (layout.n_tables * n_shards) + 1024
+    index = DiscoveryIndex(layout, n_shards=n_shards, seed=seed, initial_capacity=per_view)
     rng = np.random.default_rng(seed)
     levels = Levels.from_deployment(dep)
     hasher = edge.service.discovery.hasher
