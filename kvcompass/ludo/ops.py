@@ -117,10 +117,20 @@ def place(
     wide = params[4] == 64
     fb = np.int64(params[5])
     slot_seed = params[8]
+    vw = 2 if wide else 1
+    for i in range(d):  # the rewrites below touch these lines; start the misses together
+        x = np.int64(scratch[PB + i])
+        prefetch(sentry, x * 4)
+        prefetch(values, x * 4 * vw)
+        prefetch(seeds, x)
+        if fb > 0:
+            prefetch(fps, x * 4 * (fb // 8))
     for i in range(1, d):
         src = np.int64(scratch[PD + i - 1])
-        scratch[_PM + i] = np.uint64(sentry[src])
+        moved = sentry[src]
+        scratch[_PM + i] = np.uint64(moved)
         scratch[_PK + i] = skeys[src]
+        prefetch(half, 6 * moved)  # its edge record, read by set_bit after the rewrites
     meta[M_FREE_E] -= 1
     e = free_entries[meta[M_FREE_E]]
     f = fingerprint(key, params[9], params[5])

@@ -29,6 +29,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, locator_cells, mix64
+from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, TableState
 
 MAX_REBUILD_TRIES = 64
@@ -80,6 +81,7 @@ def _step(head: I32, half: I32, stack: I32, via: I32, base: Int, top: Int, targe
             stack[base + top] = other
             via[base + top] = h >> 1
             top += 1
+            prefetch(head, other)  # popped within a step or two (the other side steps between)
         h = half[3 * h]
     return top
 
@@ -212,6 +214,8 @@ def set_bit(
     """Make entry ``e``'s locator bit ``want`` by flipping the smaller half tree beside it."""
     u = half[3 * (2 * e + 1) + 2]
     w = half[3 * (2 * e) + 2]
+    prefetch(head, u)
+    prefetch(head, w)
     if (cell(loc, u) ^ cell(loc, w)) != np.uint64(want):
         side = two_sided_walk(head, half, stack, via, seen, meta, u, w, e)
         _flip_side(loc, wdirty, wlist, meta, seen, head.shape[0], side)
