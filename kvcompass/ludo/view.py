@@ -154,6 +154,9 @@ class LudoView:
         if not _same_sizes(p, self._params):
             raise InvalidInputError(f"batch params: expected sizes of {self._params}, got {p}")
         self._check_batch(batch)
+        a = self._arrays
+        if not all(x.flags.writeable for x in (a.seeds, a.values, a.fps, a.locator)):
+            raise InvalidInputError("view arrays: expected writable arrays to apply, got read-only")
         if batch.header:
             self._params = p
             self._parr = p.to_array()

@@ -186,3 +186,14 @@ def test_lookup_one__out_of_range_raises(key: int) -> None:
     v = LudoView.empty(LudoParams.for_capacity(10, rng=np.random.default_rng(0)))
     with pytest.raises(InvalidInputError, match="key"):
         v.lookup_one(key)
+
+
+def test_apply__read_only_arrays_raise() -> None:
+    t = LudoTable(10, seed=1)
+    a = ViewArrays.allocate(t.params)
+    for x in (a.seeds, a.values, a.fps, a.locator):
+        x.flags.writeable = False
+    v = LudoView(t.params, a)
+    assert v.lookup(np.arange(5, dtype=np.uint64)).tolist() == [0] * 5
+    with pytest.raises(InvalidInputError, match="writable"):
+        v.apply(t.full_image())
