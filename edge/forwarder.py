@@ -1,10 +1,12 @@
-"""Sending a routed request to its worker: one aiohttp connection pool per worker, emulated WAN.
+"""Sending a routed request to its worker: one keep-alive pool per worker, emulated WAN.
 
-Owns the client sessions (a ``TCPConnector`` per worker, so a slow worker cannot starve the
-pool of the others), where a request goes (the worker itself, or — for a worker of another
-region whose edge is listed in ``EdgeConfig.peers`` — that edge, with ``X-KVC-Forward-To``), the
-connect / first-byte timeouts, and the emulated WAN. Must not decide anything or read bodies:
-it returns the open ``ClientResponse`` and the handler streams it.
+Owns the pools (``edge.http_client.Pool`` per worker, so a slow worker cannot starve the
+others; ``GET /v1/loads`` goes through an aiohttp session per worker), where a request goes
+(the worker itself, or — for a worker of another region whose edge is listed in
+``EdgeConfig.peers`` — that edge, with ``X-KVC-Forward-To``), the connect / first-byte
+timeouts, and the emulated WAN. Must not decide anything or read bodies: it returns the open
+``Response`` and the handler streams it. Worker URLs are ``http://`` (a private network; no TLS
+on this hop).
 
 Emulated WAN (tests and benchmarks; real netem is out of scope): for a worker outside the
 edge's region the forwarder sleeps ``wan_one_way_ms[o][r] × wan_delay_scale`` before sending and
@@ -22,6 +24,8 @@ import aiohttp
 import yarl
 
 from edge.feedback import RELAY_HEADER
+from edge.http_client import HTTPError, Pool, Response
+from kvcompass.errors import ConfigError
 
 
 class ForwardError(Exception):
@@ -65,7 +69,16 @@ class Forwarder:
             sock_read=first_byte_timeout_ms / 1000.0,
         )
         self._sessions: dict[int, aiohttp.ClientSession] = {}
-        self._urls: dict[tuple[int, str], yarl.URL] = {}
+        self._pools: dict[int, tuple[Pool, str]] = {}
+        self._connect_s = connect_timeout_ms / 1000.0
+        self._first_byte_s = first_byte_timeout_ms / 1000.0
+        for w, route in self.routes.items():
+            url = yarl.URL(route.base_url)
+            if url.scheme != "http" or url.host is None:
+                raise ConfigError(f"worker {w}: expected an http://host:port URL, got "
+                                  f"{route.base_url!r}")  # fmt: skip
+            port = url.port or 80
+            self._pools[w] = (Pool(url.host, port, pool_size), url.path.rstrip("/"))
 
     def reachable(self, worker: int) -> bool:
         return worker in self.routes
@@ -73,7 +86,7 @@ class Forwarder:
     def _session(self, worker: int) -> aiohttp.ClientSession:
         s = self._sessions.get(worker)
         if s is None or s.closed:
-            conn = aiohttp.TCPConnector(limit=self._pool_size, ttl_dns_cache=300)
+            conn = aiohttp.TCPConnector(limit=4, ttl_dns_cache=300)
             s = aiohttp.ClientSession(
                 connector=conn,
                 timeout=self._timeout,
@@ -86,22 +99,24 @@ class Forwarder:
 
     async def send(
         self, worker: int, path: str, body: bytes, headers: Mapping[str, str]
-    ) -> aiohttp.ClientResponse:
+    ) -> Response:
         """POST ``body`` to the worker's ``path``; raises ``ForwardError`` (retry elsewhere)."""
         route = self.routes[worker]
-        hdrs = dict(headers)
+        pool, prefix = self._pools[worker]
+        hdrs = headers
         if route.relayed:
-            hdrs[RELAY_HEADER] = str(worker)
+            hdrs = {**headers, RELAY_HEADER: str(worker)}
         if route.one_way_delay_s > 0:
             await asyncio.sleep(route.one_way_delay_s)
         try:
-            resp = await self._session(worker).post(route.base_url + path, data=body, headers=hdrs)
-        except TimeoutError as exc:
-            raise ForwardError("timeout", f"worker {worker}: {exc!r}") from exc
-        except aiohttp.ClientError as exc:
-            raise ForwardError("connect", f"worker {worker}: {exc!r}") from exc
+            resp = await pool.post(prefix + path, body, hdrs, self._connect_s, self._first_byte_s)
+        except HTTPError as exc:
+            raise ForwardError(exc.reason, f"worker {worker}: {exc}") from exc
         if resp.status in RETRIABLE_STATUS:
-            detail = (await resp.read())[:200].decode("utf-8", "replace")
+            try:
+                detail = (await resp.read())[:200].decode("utf-8", "replace")
+            except (HTTPError, OSError, asyncio.IncompleteReadError) as exc:
+                detail = repr(exc)
             resp.release()
             raise ForwardError(f"status-{resp.status}", f"worker {worker}: {detail}")
         if route.one_way_delay_s > 0:
@@ -120,3 +135,5 @@ class Forwarder:
         for s in self._sessions.values():
             await s.close()
         self._sessions.clear()
+        for pool, _ in self._pools.values():
+            pool.close()

@@ -14,13 +14,13 @@ answering, nothing is retried (the client may already have bytes).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from aiohttp import web
 
 from edge import openai_shapes as shapes
@@ -33,6 +33,7 @@ from edge.feedback import (
     reused_tokens,
 )
 from edge.forwarder import ForwardError
+from edge.http_client import HTTPError, Response
 
 if TYPE_CHECKING:
     from edge.app import EdgeApp
@@ -145,7 +146,7 @@ async def _proxy(
     fwd = parsed.forward_body
     payload = raw if fwd is None else json.dumps(fwd, separators=(",", ":")).encode()
     headers = {"Content-Type": "application/json", "X-Request-Id": rid}
-    resp: aiohttp.ClientResponse | None = None
+    resp: Response | None = None
     worker = -1
     for i, w in enumerate(cands):
         if i:
@@ -177,6 +178,9 @@ async def _proxy(
             out, reused = await _stream(request, resp, parsed.kind, out_headers)
         else:
             out, reused = await _whole(resp, parsed.kind, out_headers)
+    except (HTTPError, ConnectionError, asyncio.IncompleteReadError) as exc:
+        raise shapes.ApiError(502, f"worker {worker} failed mid-response: {exc!r}"[:300],
+                              "upstream_error") from None  # fmt: skip
     finally:
         resp.release()
     metrics.inc("requests_total", endpoint=kind, status=out.status)
@@ -186,7 +190,7 @@ async def _proxy(
 
 
 async def _whole(
-    resp: aiohttp.ClientResponse, kind: str, headers: dict[str, str]
+    resp: Response, kind: str, headers: dict[str, str]
 ) -> tuple[web.StreamResponse, int | None]:
     data = await resp.read()
     reused = reused_from_json(data) if resp.status == 200 else None
@@ -202,7 +206,7 @@ async def _whole(
 
 
 async def _stream(
-    request: web.Request, resp: aiohttp.ClientResponse, kind: str, headers: dict[str, str]
+    request: web.Request, resp: Response, kind: str, headers: dict[str, str]
 ) -> tuple[web.StreamResponse, int | None]:
     headers["Content-Type"] = "text/event-stream"
     headers["Cache-Control"] = "no-cache"
@@ -212,7 +216,7 @@ async def _stream(
     reused: int | None = None
     chat = kind == "chat"
     try:
-        async for chunk in resp.content.iter_any():
+        async for chunk in resp.iter_chunks():
             if not chat:
                 await out.write(chunk)  # pass-through: bytes leave as they arrive
                 if reused is not None:
@@ -227,7 +231,7 @@ async def _stream(
                 if chat:
                     await out.write(_chat_event(event))
         await out.write_eof()
-    except (ConnectionError, aiohttp.ClientError) as exc:  # client or worker went away
+    except (ConnectionError, HTTPError, asyncio.IncompleteReadError) as exc:  # a side went away
         log.debug("stream ended early: %r", exc)
     return out, reused
 
