@@ -287,7 +287,7 @@ def _print_tables(res: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = Console(width=120)
     t2 = Table(title=f"Table 2 analogue: operations at {res['entries']:,} entries (ns)")
     for col in ("operation", "batched (amortised)", "kernel P50", "kernel P99", "C++ ref / paper"):
         t2.add_column(col, justify="right")
