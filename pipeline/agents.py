@@ -35,7 +35,7 @@ def register_agents(app: faust.App, shell: PipelineShell) -> None:
     @app.agent(kv_events, name="rechunk")
     async def rechunk(stream: Any) -> None:
         async for events in stream.take_events(take_max, within=within):
-            shell.rechunk([_raw(e) for e in events])
+            await shell.rechunk([_raw(e) for e in events])
 
     @app.agent(index_ops, name="maintain", isolated_partitions=True)
     async def maintain(stream: Any) -> None:

@@ -3,11 +3,12 @@
 ``PipelineShell`` holds what the agents need and does their I/O around the pure modules: decode
 records, call ``Rechunker`` / ``MaintenanceUnit``, produce ``index-ops`` / ``index-patches`` /
 ``dead-letters`` through one confluent-kafka producer (librdkafka batches in C; Faust's own
-``topic.send`` costs tens of µs per record, too slow for 100k key-ops/s), and flush after every
-``take`` batch so that an input offset Faust commits never runs ahead of the output it produced
-(at-least-once). A maintenance unit is created, or rebuilt, when its partition's first batch
-arrives or when a batch does not continue where the unit stopped (``pipeline.recovery``-style
-replay of ``index-ops`` from the start, then a fresh epoch; see ``pipeline/README.md``).
+``topic.send`` costs tens of µs per record, too slow for 100k key-ops/s), and await the delivery
+of a batch's output (``pipeline.delivery``) before taking the next batch, so that an input offset
+Faust commits never runs ahead of the output it produced (at-least-once). A maintenance unit is
+created, or rebuilt, when its partition's first batch arrives or when a batch does not continue
+where the unit stopped: replay of the shard's ``index-ops`` from the start, then a fresh epoch
+(see ``pipeline/README.md``).
 
 ``build_app`` makes the Faust app (web server off and bound to 127.0.0.1, at_least_once) and
 registers the agents of ``pipeline.agents``. Must not: hold index logic.
@@ -30,12 +31,23 @@ from kvcompass.deployment import Deployment
 from kvcompass.errors import InvalidInputError
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
+from kvcompass.types import Tier
 from pipeline.codec import AvroCodec, DecodeError, int32_key
 from pipeline.config import PipelineConfig
 from pipeline.dead_letter import DeadLetters, reason_code_of
+from pipeline.delivery import Delivery
 from pipeline.maintenance import MaintenanceUnit, Offsets, PatchScan
-from pipeline.patch_sink import PatchSink, decode_key, decode_value
-from pipeline.rechunk import EventRef, InvalidEvent, OpBatch, Rechunker
+from pipeline.patch_sink import PatchSink, decode_key, decode_value, encode_patch
+from pipeline.rechunk import (
+    EventRef,
+    InvalidEvent,
+    OpBatch,
+    OpKind,
+    Rechunker,
+    by_shard,
+    decode_op_batch,
+    encode_op_batch,
+)
 from pipeline.registry import registry_from_url
 
 log = logging.getLogger(__name__)
@@ -118,7 +130,7 @@ def read_partition(
 class PipelineShell:
     """State and I/O of one worker process; the agents call ``rechunk`` and ``maintain``."""
 
-    def __init__(self, settings: WorkerSettings, producer: Any | None = None) -> None:
+    def __init__(self, settings: WorkerSettings, delivery: Delivery | None = None) -> None:
         cfg = settings.config
         dep = settings.deployment
         self.settings = settings
@@ -129,17 +141,23 @@ class PipelineShell:
         )
         registry = registry_from_url(cfg.schema_registry_url)
         self.codec = AvroCodec(registry)
-        self.producer = producer or Producer(
-            {
-                "bootstrap.servers": cfg.bootstrap_servers,
-                "linger.ms": 2,
-                "batch.num.messages": 10_000,
-                "queue.buffering.max.messages": 1_000_000,
-                # aiokafka (Faust's consumer) reads index-ops; it has no lz4/zstd here
-                "compression.type": "none",
-                "enable.idempotence": True,
-            }
-        )
+
+        def make_producer(on_delivery: Any) -> Producer:
+            return Producer(
+                {
+                    "bootstrap.servers": cfg.bootstrap_servers,
+                    "linger.ms": 2,
+                    "batch.num.messages": 10_000,
+                    "queue.buffering.max.messages": 1_000_000,
+                    # aiokafka (Faust's consumer) reads index-ops; it has no lz4/zstd here
+                    "compression.type": "none",
+                    "enable.idempotence": True,
+                    "on_delivery": on_delivery,
+                }
+            )
+
+        self.delivery = delivery or Delivery(make_producer)
+        self.producer = self.delivery
         self.sink = PatchSink(
             self.producer, self.topics.index_patches, registry.writer_id("IndexPatch")
         )
@@ -147,6 +165,20 @@ class PipelineShell:
         self.units: dict[int, MaintenanceUnit] = {}
         self.key_ops = 0
         self.recoveries = 0
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Load the numba kernels now, not inside the first batch (latency of the first events)."""
+        unit = MaintenanceUnit(self.layout, 0, self.settings.config.n_shards, initial_capacity=16)
+        n = np.uint64(self.settings.config.n_shards)
+        keys = np.arange(1, 9, dtype=np.uint64) * n
+        src = EventRef(0, 0, "", 0, -1, 0)
+        steps = [unit.recover([], PatchScan(), 0)]
+        steps.append(unit.apply([OpBatch(0, 0, 0, OpKind.SET, Tier.VRAM, keys, src)], 0))
+        steps.append(unit.apply([OpBatch(0, 0, 0, OpKind.REMOVE, Tier.NONE, keys, src)], 1))
+        for st in steps:
+            for p in st.patches:
+                encode_patch(self.sink.schema_id, p, 0, 0)
 
     def _dead(self, raw: Raw, exc: BaseException) -> None:
         rec = self.dead.file(
@@ -158,9 +190,9 @@ class PipelineShell:
         )
 
     # -- rechunk: kv-events -> index-ops ----------------------------------------------------
-    def rechunk(self, batch: Sequence[Raw]) -> int:
-        """Rechunk consumed events; return the number of op records produced."""
-        produced = 0
+    async def rechunk(self, batch: Sequence[Raw]) -> int:
+        """Rechunk consumed events into one op record per shard; return the records produced."""
+        ops: list[OpBatch] = []
         for raw in batch:
             try:
                 if raw.value is None:
@@ -170,17 +202,21 @@ class PipelineShell:
                     raise InvalidEvent(f"expected a KvEvent record; got {name}", "INVALID")
                 src = EventRef(int(ev["worker_id"]), int(ev["engine_seq"]), raw.topic,
                                raw.partition, raw.offset, int(ev["timestamp_ms"]))  # fmt: skip
-                ops = self.rechunker.rechunk(ev, src)
-                values = [(b.shard, self.codec.encode("IndexOpBatch", b.to_record())) for b in ops]
+                ops.extend(self.rechunker.rechunk(ev, src))
             except (InvalidInputError, KeyError, ValueError) as exc:
                 self._dead(raw, exc)
-                continue
-            key = int32_key(src.worker_id)
-            for shard, value in values:
-                self.producer.produce(self.topics.index_ops, value, key, shard)
-            produced += len(values)
-        self.producer.flush(30)
-        return produced
+        groups = by_shard(ops)
+        for shard, runs in sorted(groups.items()):
+            value = self.codec.encode("IndexOpBatch", encode_op_batch(shard, runs))
+            self.producer.produce(self.topics.index_ops, value, int32_key(shard), shard)
+        await self.delivery.delivered_up_to(self.delivery.mark())
+        return len(groups)
+
+    def _decode_ops(self, value: bytes | None) -> list[OpBatch]:
+        name, rec = self.codec.decode(value or b"")
+        if name != "IndexOpBatch":
+            raise InvalidEvent(f"expected an IndexOpBatch record; got {name}")
+        return decode_op_batch(rec)
 
     # -- maintenance: index-ops -> index-patches --------------------------------------------
     def _recover(self, partition: int, first_offset: int) -> MaintenanceUnit:
@@ -196,9 +232,7 @@ class PipelineShell:
         history: list[tuple[int, OpBatch]] = []
         for r in read_partition(bootstrap, self.topics.index_ops, partition, first_offset):
             try:
-                name, rec = self.codec.decode(r.value or b"")
-                if name == "IndexOpBatch":
-                    history.append((r.offset, OpBatch.from_record(rec)))
+                history.extend((r.offset, b) for b in self._decode_ops(r.value))
             except (InvalidInputError, KeyError, ValueError):
                 continue  # dead-lettered when it was first met
         unit = MaintenanceUnit(self.layout, partition, s.config.n_shards, fp_bits=s.fp_bits,
@@ -207,7 +241,7 @@ class PipelineShell:
         self.sink.send(step.patches, step.retired, step.source_offset, _now_ms())
         self.producer.flush(30)
         self.recoveries += 1
-        log.info("shard %d rebuilt from %d op records; epoch republished at seq %d",
+        log.info("shard %d rebuilt from %d op runs; fresh epoch published up to seq %d",
                  partition, len(history), unit.state.seq)  # fmt: skip
         return unit
 
@@ -221,10 +255,12 @@ class PipelineShell:
             loop = asyncio.get_running_loop()
             unit = await loop.run_in_executor(None, self._recover, p, batch[0].offset)
             self.units[p] = unit
-        return self.apply(unit, batch)
+        n = self.apply(unit, batch)
+        await self.delivery.delivered_up_to(self.delivery.mark())
+        return n
 
     def apply(self, unit: MaintenanceUnit, batch: Sequence[Raw]) -> int:
-        """Decode, check, apply and send one batch for an up-to-date unit."""
+        """Decode, check, apply and produce one batch for an up-to-date unit (no waiting)."""
         good: list[OpBatch] = []
         last = unit.next_offset - 1
         for raw in batch:
@@ -232,22 +268,19 @@ class PipelineShell:
                 continue
             last = raw.offset
             try:
-                name, rec = self.codec.decode(raw.value or b"")
-                if name != "IndexOpBatch":
-                    raise InvalidEvent(f"expected an IndexOpBatch record; got {name}")
-                ob = OpBatch.from_record(rec)
-                reason = unit.check(ob)
-                if reason is not None:
-                    raise InvalidEvent(reason)
+                runs = self._decode_ops(raw.value)
+                for ob in runs:
+                    reason = unit.check(ob)
+                    if reason is not None:
+                        raise InvalidEvent(reason)
             except (InvalidInputError, KeyError, ValueError) as exc:
-                self._dead(raw, exc)
+                self._dead(raw, exc)  # the whole record: its runs were checked by rechunk
                 continue
-            good.append(ob)
+            good.extend(runs)
         if last < unit.next_offset:
             return 0
         step = unit.apply(good, last)
         self.sink.send(step.patches, step.retired, step.source_offset, _now_ms())
-        self.producer.flush(30)
         n = int(sum(np.int64(b.keys.size) for b in good))
         self.key_ops += n
         return n

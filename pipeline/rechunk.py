@@ -1,10 +1,11 @@
-"""Rechunk: one decoded ``KvEvent`` -> the ``IndexOpBatch`` records it implies, one per shard.
+"""Rechunk: one decoded ``KvEvent`` -> its runs of index ops per shard, and their wire record.
 
 Owns the mapping from a worker's cache event to index operations (paper §3.4 Insert/Update/
 Remove): which keys (the event's ``registration_keys``, else ``token_ids`` hashed at the
 registration lengths of the worker's region that fit ``token_count``), which (table, field) (the
 deployment's layout), which op and tier, and the split by shard (``key mod N``). Invalid events
-raise ``InvalidEvent`` with the dead-letter reason code; the shell files them.
+raise ``InvalidEvent`` with the dead-letter reason code; the shell files them. The shell packs the
+runs of a whole take into one ``IndexOpBatch`` record per shard (``encode_op_batch``).
 
 Must not: talk to Kafka or decode bytes (the agent does), or keep state between events (rechunk is
 stateless, so a re-delivered event yields the same records again: harmless, see
@@ -18,7 +19,7 @@ sidecar's bridge always does).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, ClassVar
@@ -37,7 +38,7 @@ MAX_KEYS_PER_EVENT = 4096
 
 
 class OpKind(IntEnum):
-    """``IndexOpKind`` of the schema, in symbol order."""
+    """The ``op`` code of a run in an ``IndexOpBatch`` (and the ``IndexOpKind`` symbol order)."""
 
     SET = 0
     REMOVE = 1
@@ -89,7 +90,7 @@ class EventRef:
 
 @dataclass(frozen=True, slots=True)
 class OpBatch:
-    """One ``IndexOpBatch``: one worker's field of ``keys`` (all in ``shard``) set to ``tier``."""
+    """One run: one event's change to one worker's field of ``keys`` (all in ``shard``)."""
 
     shard: int
     table: int
@@ -104,33 +105,71 @@ class OpBatch:
         """The 2-bit value written (0 for REMOVE and CLEAR_FIELD)."""
         return int(self.tier) if self.op is OpKind.SET else 0
 
-    def to_record(self) -> dict[str, Any]:
-        """The Avro ``IndexOpBatch`` record."""
-        return {
-            "shard": self.shard,
-            "table": self.table,
-            "field": self.field,
-            "op": self.op.name,
-            "tier": self.tier.name,
-            "keys": self.keys.astype("<u8").tobytes(),
-            "source": self.source.to_record(),
-        }
 
-    @classmethod
-    def from_record(cls, r: Mapping[str, Any]) -> OpBatch:
-        """Inverse of ``to_record``; ``InvalidEvent`` on a keys blob that is not 8-byte words."""
-        raw = r["keys"]
-        if len(raw) % 8:
-            raise InvalidEvent(f"keys: expected a multiple of 8 bytes; got {len(raw)}")
-        return cls(
-            int(r["shard"]),
-            int(r["table"]),
-            int(r["field"]),
-            OpKind[r["op"]],
-            Tier[r["tier"]],
-            np.frombuffer(raw, dtype="<u8").astype(np.uint64),
-            EventRef.from_record(r["source"]),
+RUN_DTYPE = np.dtype(
+    [("table", "<u4"), ("field", "<u2"), ("op", "u1"), ("tier", "u1"), ("count", "<u4"),
+     ("source", "<u4")]
+)  # fmt: skip
+"""One run of an ``IndexOpBatch`` record (16 bytes; layout in the schema's ``runs`` doc)."""
+
+
+def encode_op_batch(shard: int, batches: Sequence[OpBatch]) -> dict[str, Any]:
+    """The ``IndexOpBatch`` record of runs (all of ``shard``), in order."""
+    runs = np.zeros(len(batches), dtype=RUN_DTYPE)
+    sources: list[EventRef] = []
+    index: dict[EventRef, int] = {}
+    for i, b in enumerate(batches):
+        src = index.get(b.source)
+        if src is None:
+            src = index[b.source] = len(sources)
+            sources.append(b.source)
+        runs[i] = (b.table, b.field, int(b.op), int(b.tier), b.keys.size, src)
+    keys = np.concatenate([b.keys for b in batches]) if batches else np.zeros(0, np.uint64)
+    return {
+        "shard": shard,
+        "runs": runs.tobytes(),
+        "keys": keys.astype("<u8").tobytes(),
+        "sources": [r.to_record() for r in sources],
+    }
+
+
+def decode_op_batch(r: Mapping[str, Any]) -> list[OpBatch]:
+    """Runs of an ``IndexOpBatch`` record; ``InvalidEvent`` when its parts disagree."""
+    raw_runs, raw_keys = r["runs"], r["keys"]
+    if len(raw_runs) % RUN_DTYPE.itemsize or len(raw_keys) % 8:
+        raise InvalidEvent(
+            f"runs/keys: expected multiples of {RUN_DTYPE.itemsize}/8 bytes; "
+            f"got {len(raw_runs)}/{len(raw_keys)}"
         )
+    runs = np.frombuffer(raw_runs, dtype=RUN_DTYPE)
+    keys = np.frombuffer(raw_keys, dtype="<u8").astype(np.uint64)
+    sources = [EventRef.from_record(x) for x in r["sources"]]
+    counts = runs["count"].astype(np.int64)
+    if int(counts.sum()) != keys.size:
+        raise InvalidEvent(f"runs: counts sum to {int(counts.sum())}; keys hold {keys.size}")
+    if runs.size and (
+        int(runs["op"].max()) > 2 or int(runs["tier"].max()) > 2
+        or int(runs["source"].max()) >= len(sources)
+    ):  # fmt: skip
+        raise InvalidEvent("runs: expected op 0..2, tier 0..2 and a source index in range")
+    shard = int(r["shard"])
+    ends = np.cumsum(counts).tolist()
+    out: list[OpBatch] = []
+    start = 0
+    for run, end in zip(runs.tolist(), ends, strict=True):
+        table, field_, op, tier, _, src = run
+        out.append(OpBatch(shard, table, field_, OpKind(op), Tier(tier), keys[start:end],
+                           sources[src]))  # fmt: skip
+        start = end
+    return out
+
+
+def by_shard(batches: Sequence[OpBatch]) -> dict[int, list[OpBatch]]:
+    """Runs grouped by shard, each group in input order."""
+    out: dict[int, list[OpBatch]] = {}
+    for b in batches:
+        out.setdefault(b.shard, []).append(b)
+    return out
 
 
 class Rechunker:

@@ -46,10 +46,10 @@ SAMPLES: dict[str, dict[str, Any]] = {
                    "offset": 1234, "timestamp_ms": 1_796_000_000_000},
     },
     "IndexOpBatch": {
-        "shard": 1, "table": 3, "field": 15, "op": "SET", "tier": "VRAM",
+        "shard": 1, "runs": bytes(range(16)),
         "keys": (2**63 - 1).to_bytes(8, "little") + (5).to_bytes(8, "little"),
-        "source": {"worker_id": 7, "engine_seq": 42, "topic": "kv-events", "partition": 2,
-                   "offset": 1234, "timestamp_ms": 1_796_000_000_000},
+        "sources": [{"worker_id": 7, "engine_seq": 42, "topic": "kv-events", "partition": 2,
+                     "offset": 1234, "timestamp_ms": 1_796_000_000_000}],
     },
     "IndexPatch": {
         "table": 3, "shard": 1, "epoch": 2, "kind": "BUCKET", "index": 99_999,

@@ -78,3 +78,17 @@ def test_sink_sends_images_then_tombstones_on_the_shard_partition__full_image() 
     assert decoded == images
     assert fake.sent[-1][1] is None and decode_key(fake.sent[-1][2]) == retired[0]  # type: ignore[arg-type]
     assert (sink.records_sent, sink.tombstones_sent) == (len(images), 1)
+
+
+def test_vectorised_encode_equals_per_record_encode__grown_table() -> None:
+    from pipeline.patch_sink import encode_patch
+
+    idx = DiscoveryIndex(LAYOUT, n_shards=2, initial_capacity=16)
+    patches = idx.register(0, np.arange(1, 300, dtype=np.uint64) * np.uint64(2**54 + 3))
+    patches += idx.evict(0, np.arange(1, 50, dtype=np.uint64) * np.uint64(2**54 + 3))
+    patches += idx.full_images()
+    assert any(p.batch.header for p in patches)
+    for p in patches:
+        keys, values = encode_patch(SID, p, 2**40, 1_796_000_000_000)
+        want = encode_records(SID, explode(p), 2**40, 1_796_000_000_000)
+        assert list(zip(keys, values, strict=True)) == want

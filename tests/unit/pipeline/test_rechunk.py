@@ -8,7 +8,7 @@ import pytest
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.types import Tier
 from pipeline.codec import AvroCodec
-from pipeline.rechunk import InvalidEvent, OpBatch, OpKind
+from pipeline.rechunk import InvalidEvent, OpKind, by_shard, decode_op_batch, encode_op_batch
 from pipeline.registry import InProcessRegistry
 from tests.unit.pipeline._pipeline_fixtures import LAYOUT, LEVELS, MODEL, event, rechunker, source
 
@@ -71,13 +71,29 @@ def test_invalid_event_raises_with_reason_code__bad_fields(change: dict, code: s
     assert info.value.code == code
 
 
-def test_op_batch_survives_the_codec__round_trip() -> None:
-    (b, *_) = rechunker(1).rechunk(event(3, _tokens(700), tier="DRAM"), source(9))
+def test_op_batch_record_survives_the_codec__runs_of_many_events() -> None:
+    rc = rechunker(2)
+    runs = []
+    for i, w in enumerate([3, 4, 3]):
+        runs += rc.rechunk(event(w, _tokens(700, i), tier="DRAM"), source(i, w))
+    runs += rc.rechunk({**event(5, _tokens(1)), "op": "CLEARED", "token_ids": None}, source(9, 5))
+    groups = by_shard(runs)
     codec = AvroCodec(InProcessRegistry(), validate=True)
-    name, rec = codec.decode(codec.encode("IndexOpBatch", b.to_record()))
-    back = OpBatch.from_record(rec)
-    assert name == "IndexOpBatch"
-    assert back.keys.tolist() == b.keys.tolist()
-    assert (back.shard, back.table, back.field, back.op, back.tier, back.source) == (
-        b.shard, b.table, b.field, b.op, b.tier, b.source
-    )  # fmt: skip
+    for shard, group in groups.items():
+        name, rec = codec.decode(codec.encode("IndexOpBatch", encode_op_batch(shard, group)))
+        back = decode_op_batch(rec)
+        assert name == "IndexOpBatch" and len(back) == len(group)
+        for a, b in zip(back, group, strict=True):
+            assert a.keys.tolist() == b.keys.tolist()
+            assert (a.shard, a.table, a.field, a.op, a.tier, a.source) == (
+                b.shard, b.table, b.field, b.op, b.tier, b.source
+            )  # fmt: skip
+
+
+def test_decode_refuses_inconsistent_record__bad_counts() -> None:
+    (b, *_) = rechunker(1).rechunk(event(3, _tokens(700)), source())
+    rec = encode_op_batch(0, [b])
+    with pytest.raises(InvalidEvent):
+        decode_op_batch({**rec, "keys": rec["keys"][:-8]})
+    with pytest.raises(InvalidEvent):
+        decode_op_batch({**rec, "sources": []})

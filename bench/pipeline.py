@@ -1,0 +1,267 @@
+"""Pipeline benchmark: key-ops/s through one maintenance process, and event -> view latency.
+
+Against ``KAFKA_BOOTSTRAP_SERVERS``, or a ``pipeline.kafka_local.LocalBroker`` started here (and
+stopped at the end) when it is unset. Each run uses fresh topics (unique prefix) and one real
+``kvcompass pipeline worker`` subprocess (rechunk + maintenance agents in one process).
+
+1. Throughput: ``--op-records`` IndexOpBatch records (64 runs of ``--keys-per-run`` fresh keys
+   each, as one rechunk take of 64 events would give a shard; records spread over the shards,
+   SET to VRAM) are written to ``index-ops`` BEFORE the worker starts; the worker then
+   drains the backlog. key-ops/s = key-ops / (last patch's timestamp - first patch's timestamp),
+   read back from ``index-patches`` (producer timestamps of the worker).
+2. Latency: KvEvents (``--event-keys`` registration keys each, STORED, fresh keys) are produced
+   to ``kv-events`` at ``--rate`` events/s for ``--seconds``; a ``ViewSync`` in this process
+   consumes ``index-patches``; every ``--probe-every``-th event is timed from its send to the
+   first poll after which the view shows its worker's field set for every key of the event.
+
+``--json`` prints one object with ``ops_per_s``, ``visible_p50_ms``, ``visible_p99_ms`` (and
+more). The figures go to ``bench/README.md`` section "Pipeline".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this file's folder comes first on sys.path and its name would shadow the
+# ``pipeline`` package; drop the folder (nothing else lives there that we import).
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import numpy as np  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+
+from kvcompass.deployment import builtin_deployment  # noqa: E402
+from kvcompass.layout import TableLayout  # noqa: E402
+from kvcompass.levels import Levels  # noqa: E402
+from kvcompass.types import Tier  # noqa: E402
+from pipeline.codec import AvroCodec, int32_key  # noqa: E402
+from pipeline.config import PipelineConfig  # noqa: E402
+from pipeline.patch_sink import decode_value  # noqa: E402
+from pipeline.rechunk import EventRef, OpBatch, OpKind, encode_op_batch  # noqa: E402
+from pipeline.registry import InProcessRegistry  # noqa: E402
+from pipeline.topics import ensure_topics  # noqa: E402
+from pipeline.view_sync import ViewSync  # noqa: E402
+
+DEP_NAME = "paper-testbed-14x3"
+RUNNER = (
+    "import argparse,sys;from kvcompass.cli.pipeline import register;"
+    "p=argparse.ArgumentParser();register(p.add_subparsers());"
+    "a=p.parse_args(sys.argv[1:]);sys.exit(a.func(a))"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_worker(cfg: PipelineConfig, log: Path, extra: list[str]) -> subprocess.Popen[bytes]:
+    args = ["pipeline", "worker", "--bootstrap", cfg.bootstrap_servers, "--topic-prefix",
+            cfg.topic_prefix, "--n-shards", str(cfg.n_shards), "--deployment", DEP_NAME,
+            "--loglevel", "warning", *extra]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUNNER, *args], stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    return proc
+
+
+def backlog(cfg: PipelineConfig, n_records: int, keys_per: int, seed: int) -> int:
+    """Write op batches to index-ops; return the key-ops written."""
+    dep = builtin_deployment(DEP_NAME)
+    layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
+    codec = AvroCodec(InProcessRegistry())
+    rng = np.random.default_rng(seed)
+    prod = Producer({"bootstrap.servers": cfg.bootstrap_servers, "linger.ms": 5,
+                     "queue.buffering.max.messages": 2_000_000})  # fmt: skip
+    n = cfg.n_shards
+    total = 0
+    per = 64  # runs per record, like one rechunk take of 64 events for this shard
+    for i in range(0, n_records):
+        shard = i % n
+        runs = []
+        for j in range(per):
+            worker = int(rng.integers(0, layout.n_workers))
+            table, field_ = layout.field_of(worker)
+            keys = rng.integers(1, 2**62 // n, keys_per, dtype=np.int64).astype(np.uint64)
+            keys = keys * np.uint64(n) + np.uint64(shard)
+            runs.append(OpBatch(shard, table, field_, OpKind.SET, Tier.VRAM, keys,
+                                EventRef(worker, i * per + j, "bench", 0, i, 0)))  # fmt: skip
+            total += keys_per
+        value = codec.encode("IndexOpBatch", encode_op_batch(shard, runs))
+        prod.produce(cfg.topics.index_ops, value, int32_key(shard), shard)
+        prod.poll(0)
+    prod.flush(60)
+    return total
+
+
+def drained_span_s(cfg: PipelineConfig, timeout_s: float) -> tuple[float, int]:
+    """Seconds between the first and last patch, once every index-ops record is reflected."""
+    sid = InProcessRegistry().writer_id("IndexPatch")
+    admin_c = Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": "bench"})
+    ends = {}
+    for s in range(cfg.n_shards):
+        _, high = admin_c.get_watermark_offsets(TopicPartition(cfg.topics.index_ops, s), 10)
+        ends[s] = high - 1
+    # read only once the worker is done, so this process does not compete with it for CPU
+    last_total, still_since = -1, time.monotonic()
+    while time.monotonic() - still_since < 2.0:
+        time.sleep(0.25)
+        total = sum(
+            admin_c.get_watermark_offsets(TopicPartition(cfg.topics.index_patches, s), 10)[1]
+            for s in range(cfg.n_shards)
+        )
+        if total != last_total or total == 0:
+            last_total, still_since = total, time.monotonic()
+    admin_c.close()
+    c = Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": "bench-p",
+                  "enable.auto.commit": False})  # fmt: skip
+    c.assign([TopicPartition(cfg.topics.index_patches, s, OFFSET_BEGINNING)
+              for s in range(cfg.n_shards)])  # fmt: skip
+    first, last, done, records = None, 0, set(), 0
+    deadline = time.monotonic() + timeout_s
+    while len(done) < cfg.n_shards and time.monotonic() < deadline:
+        for m in c.consume(20_000, 0.2):
+            if m.error() is not None or m.value() is None:
+                continue
+            d = decode_value(sid, m.value())
+            records += 1
+            first = d.timestamp_ms if first is None else min(first, d.timestamp_ms)
+            last = max(last, d.timestamp_ms)
+            if d.source_offset >= ends[d.record.shard]:
+                done.add(d.record.shard)
+    c.close()
+    if len(done) < cfg.n_shards or first is None:
+        raise TimeoutError(f"backlog not drained in {timeout_s} s (shards done: {done})")
+    return max(last - first, 1) / 1000.0, records
+
+
+def latency(cfg: PipelineConfig, rate: float, seconds: float, event_keys: int, probe_every: int,
+            seed: int) -> dict[str, Any]:  # fmt: skip
+    dep = builtin_deployment(DEP_NAME)
+    layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
+    region = np.asarray(dep.worker_region)
+    codec = AvroCodec(InProcessRegistry())
+    rng = np.random.default_rng(seed)
+    n_events = int(rate * seconds)
+    sync = ViewSync.open(cfg, layout, Levels.from_deployment(dep).matrix, None)
+    sync.catch_up(60)
+    prod = Producer({"bootstrap.servers": cfg.bootstrap_servers, "linger.ms": 1})
+    events: list[tuple[bytes, bytes, int, np.ndarray]] = []
+    for i in range(n_events):
+        w = int(rng.integers(0, layout.n_workers))
+        keys = rng.integers(1, 2**62, event_keys, dtype=np.int64)
+        ev = {"worker_id": w, "region_id": int(region[w]), "model": "bench",
+              "sharing_group": None, "op": "STORED", "tier": "VRAM",
+              "token_count": 16 * event_keys, "token_ids": None, "block_hashes": [],
+              "parent_block_hash": None, "block_size_tokens": 16,
+              "registration_lengths": [16 * (j + 1) for j in range(event_keys)],
+              "registration_keys": keys.tolist(), "engine_seq": i,
+              "timestamp_ms": 0}  # fmt: skip
+        events.append((codec.encode("KvEvent", ev), int32_key(w), w, keys.astype(np.uint64)))
+    pending: list[tuple[float, int, int, np.ndarray]] = []
+    lat_ms: list[float] = []
+    start = time.perf_counter()
+    sent = 0
+    topic = cfg.topics.kv_events
+    while sent < n_events or pending:
+        now = time.perf_counter()
+        due = min(n_events, int((now - start) * rate) + 1)
+        while sent < due:
+            value, key, w, keys = events[sent]
+            prod.produce(topic, value, key)
+            if sent % probe_every == 0:
+                table, field_ = layout.field_of(w)
+                pending.append((time.perf_counter(), table, field_, keys))
+            sent += 1
+        prod.poll(0)
+        sync.poll(50_000, 0.001)
+        seen = time.perf_counter()
+        still = []
+        for t0, table, field_, keys in pending:
+            if all((sync.view.lookup_value(table, int(k)) >> (2 * field_)) & 3 == 1 for k in keys):
+                lat_ms.append((seen - t0) * 1000.0)
+            elif seen - t0 > 30:
+                lat_ms.append(float("inf"))
+            else:
+                still.append((t0, table, field_, keys))
+        pending = still
+        if sent >= n_events and time.perf_counter() - start > seconds + 60:
+            break
+    took = time.perf_counter() - start
+    sync.close()
+    arr = np.array(lat_ms)
+    return {
+        "offered_events_per_s": rate,
+        "achieved_events_per_s": n_events / max(took, 1e-9),
+        "probes": int(arr.size),
+        "lost_probes": int(np.isinf(arr).sum()),
+        "visible_p50_ms": float(np.percentile(arr, 50)),
+        "visible_p99_ms": float(np.percentile(arr, 99)),
+        "visible_max_ms": float(arr.max()),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--n-shards", type=int, default=4)
+    ap.add_argument("--op-records", type=int, default=2_000, help="records of 64 runs each")
+    ap.add_argument("--keys-per-run", type=int, default=4)
+    ap.add_argument("--rate", type=float, default=10_000.0)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--event-keys", type=int, default=8)
+    ap.add_argument("--probe-every", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=20261201)
+    args = ap.parse_args()
+
+    broker = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    tmp = Path(tempfile.mkdtemp(prefix="kvc-bench-pipeline-"))
+    if not bootstrap:
+        from pipeline.kafka_local import LocalBroker
+
+        broker = LocalBroker(_free_port(), controller_port=_free_port(), state_dir=tmp / "broker",
+                             die_with_parent=True)  # fmt: skip
+        bootstrap = broker.up(timeout_s=120)
+    cfg = PipelineConfig(bootstrap_servers=bootstrap, n_shards=args.n_shards,
+                         topic_prefix=f"bench-{os.getpid()}-{int(time.time())}.")  # fmt: skip
+    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), cfg)
+    proc = None
+    try:
+        key_ops = backlog(cfg, args.op_records, args.keys_per_run, args.seed)
+        proc = start_worker(cfg, tmp / "worker.log", ["--initial-capacity", "65536"])
+        span_s, patch_records = drained_span_s(cfg, 600)
+        lat = latency(cfg, args.rate, args.seconds, args.event_keys, args.probe_every,
+                      args.seed + 1)  # fmt: skip
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+        if broker is not None:
+            broker.down()
+    out = {"key_ops": key_ops, "op_records": args.op_records,
+           "keys_per_run": args.keys_per_run, "drain_s": span_s,
+           "ops_per_s": key_ops / span_s, "patch_records": patch_records,
+           "patch_records_per_s": patch_records / span_s, "n_shards": args.n_shards,
+           **lat}  # fmt: skip
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k:>24}: {v:,.1f}" if isinstance(v, float) else f"{k:>24}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
