@@ -67,6 +67,7 @@ class Cluster:
         )
         self.free_at = np.zeros(self.n_workers, dtype=np.float64)
         self._beta = cost.prefill_ms_per_token.tolist()
+        self._prompt: list[int] = requests.prompt_len.tolist()
         self._gamma = cost.reload_ms_per_token
         self.emit_keys = emit_keys
         self.emit_events = emit_events
@@ -88,7 +89,7 @@ class Cluster:
         """Run request ``req``'s prefill on ``worker`` (it arrives there at ``arrive_ms``)."""
         m, m_dram, n_changes = self.store.serve(worker, self.requests.nodes_of(req), req)
         c = self.chunk_tokens
-        prompt = int(self.requests.prompt_len[req])
+        prompt = self._prompt[req]
         reused = min(m * c, prompt - 1) if m else 0
         dram = min(m_dram * c, reused)
         service = self._beta[worker] * (prompt - reused) + self._gamma * dram
@@ -122,30 +123,44 @@ class Cluster:
         return gpu, done, batch
 
     # -- events -----------------------------------------------------------------------------------
-    def _keys(self, region: int, sel: NDArray[np.bool_], n: int) -> NDArray[np.uint64]:
-        if not self.emit_keys or not sel.any():
+    def _keys(
+        self,
+        region: int,
+        sel: NDArray[np.bool_],
+        owners: NDArray[np.int64],
+        depths: NDArray[np.int64],
+    ) -> NDArray[np.uint64]:
+        if not sel.any():
             return _NO_KEYS
-        st = self.store
-        return self.requests.reg_keys_many(st.o_owner[:n][sel], st.o_depth[:n][sel], region)
+        return self.requests.reg_keys_many(owners[sel], depths[sel], region)
 
     def _batch(self, worker: int, at_ms: float, n: int, stored_tier: int) -> CacheEventBatch | None:
         if n == 0:
             return None
-        region = self._region[worker]
-        kind = self.store.o_kind[:n]
-        chunk = self.store.o_chunk[:n]
+        st = self.store
+        kind = st.o_kind[:n].copy()
+        chunk = st.o_chunk[:n]
+        owners = st.o_owner[:n].copy()
+        depths = st.o_depth[:n].copy()
         stored, removed = kind == k.STORED, kind == k.REMOVED
+        keys = [_NO_KEYS] * 4
+        if self.emit_keys:
+            region = self._region[worker]
+            keys = [
+                self._keys(region, kind == code, owners, depths)
+                for code in (k.STORED, k.DEMOTED, k.PROMOTED, k.REMOVED)
+            ]
         return CacheEventBatch(
             worker=worker,
             at_ms=at_ms,
-            stored=self._keys(region, stored, n),
+            stored=keys[0],
             stored_tier=stored_tier,
-            to_dram=self._keys(region, kind == k.DEMOTED, n),
-            to_vram=self._keys(region, kind == k.PROMOTED, n),
-            removed=self._keys(region, removed, n),
-            stored_nodes=chunk[stored].copy() if stored.any() else _NO_NODES,
-            removed_nodes=chunk[removed].copy() if removed.any() else _NO_NODES,
-            kinds=kind.copy(),
-            owners=self.store.o_owner[:n].copy(),
-            depths=self.store.o_depth[:n].copy(),
+            to_dram=keys[1],
+            to_vram=keys[2],
+            removed=keys[3],
+            stored_nodes=chunk[stored],
+            removed_nodes=chunk[removed],
+            kinds=kind,
+            owners=owners,
+            depths=depths,
         )
