@@ -31,7 +31,7 @@ from kvcompass.ludo.cuckoo import (
     root_path,
 )
 from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint, locator_cells
-from kvcompass.ludo.othello import add_edge, rebuild, remove_edge, set_bit, want_bit
+from kvcompass.ludo.othello import add_edge, rebuild_arrays, remove_edge, set_bit, want_bit
 from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import (
     EMPTY,
@@ -225,26 +225,81 @@ def update_batch(
     start: Int,
     stop: Int,
 ) -> tuple[Int, Int]:
-    """Apply ops ``start..stop-1`` in order; returns ``(status, stopping op index or stop)``."""
-    params, skeys, sentry, values, fps, seeds = (
+    """Apply ops ``start..stop-1`` in order; returns ``(status, stopping op index or stop)``.
+
+    Reads the arrays out of ``st`` once and hands them to ``apply_ops`` (reading a tuple member
+    costs a reference-count update; per-op callers should unpack once and call ``apply_ops``).
+    """
+    return apply_ops(
         st.params,
         st.skeys,
         st.sentry,
         st.values,
         st.fps,
         st.seeds,
-    )
-    scratch, bdirty, blist, meta, free_entries = (
         st.scratch,
         st.bdirty,
         st.blist,
         st.meta,
         st.free_entries,
+        st.locator,
+        st.head,
+        st.half,
+        st.wdirty,
+        st.wlist,
+        st.stack,
+        st.via,
+        st.seen,
+        st.mark,
+        st.qbucket,
+        st.qparent,
+        st.qslot,
+        st.qdepth,
+        st.qalt,
+        st.rng,
+        keys,
+        clear_masks,
+        set_bits,
+        start,
+        stop,
     )
-    loc, head, half, wdirty, wlist = st.locator, st.head, st.half, st.wdirty, st.wlist
-    stack, via, seen = st.stack, st.via, st.seen
-    mark, qbucket, qparent, qslot, qdepth = st.mark, st.qbucket, st.qparent, st.qslot, st.qdepth
-    qalt = st.qalt
+
+
+@njit(cache=True)
+def apply_ops(
+    params: U64,
+    skeys: U64,
+    sentry: I32,
+    values: U32,
+    fps: U8,
+    seeds: U8,
+    scratch: U64,
+    bdirty: U8,
+    blist: I32,
+    meta: I64,
+    free_entries: I32,
+    loc: U64,
+    head: I32,
+    half: I32,
+    wdirty: U8,
+    wlist: I32,
+    stack: I32,
+    via: I32,
+    seen: I32,
+    mark: I32,
+    qbucket: I32,
+    qparent: I32,
+    qslot: I32,
+    qdepth: I32,
+    qalt: I32,
+    rng: U64,
+    keys: U64,
+    clear_masks: U64,
+    set_bits: U64,
+    start: Int,
+    stop: Int,
+) -> tuple[Int, Int]:
+    """``update_batch`` over explicit arrays (the ``TableState`` fields of the same names)."""
     wide = params[4] == 64
     fb = np.int64(params[5])
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
@@ -323,7 +378,9 @@ def update_batch(
                 key,
                 nv,
                 d,
-            ) and not rebuild(st):
+            ) and not rebuild_arrays(
+                params, meta, loc, head, half, skeys, sentry, wdirty, wlist, stack, via, seen, rng
+            ):
                 return LOCATOR, i
     return OK, n
 

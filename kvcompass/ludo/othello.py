@@ -237,16 +237,47 @@ def next_seed(rng: U64) -> np.uint64:
 
 @njit(cache=True)
 def rebuild(st: TableState) -> bool:
+    """Rebuild the Othello over all live entries with fresh seeds (see ``rebuild_arrays``)."""
+    return rebuild_arrays(
+        st.params,
+        st.meta,
+        st.locator,
+        st.head,
+        st.half,
+        st.skeys,
+        st.sentry,
+        st.wdirty,
+        st.wlist,
+        st.stack,
+        st.via,
+        st.seen,
+        st.rng,
+    )
+
+
+@njit(cache=True)
+def rebuild_arrays(
+    params: U64,
+    meta: I64,
+    loc: U64,
+    head: I32,
+    half: I32,
+    skeys: U64,
+    sentry: I32,
+    wdirty: U8,
+    wlist: I32,
+    stack: I32,
+    via: I32,
+    seen: I32,
+    rng: U64,
+) -> bool:
     """Rebuild the Othello over all live entries with fresh seeds until acyclic (bounded tries).
 
     On success every locator word becomes an image (``M_ALLW``) and ``params[7]`` holds the new
     seed. On failure (False) the locator is inconsistent and the caller must grow the table.
     """
-    params, meta, loc, head, half = st.params, st.meta, st.locator, st.head, st.half
-    skeys, sentry, wdirty, wlist = st.skeys, st.sentry, st.wdirty, st.wlist
-    stack, via, seen = st.stack, st.via, st.seen
     for _ in range(MAX_REBUILD_TRIES):
-        params[7] = next_seed(st.rng)
+        params[7] = next_seed(rng)
         meta[M_REBUILDS] += 1
         loc[:] = 0
         head[:] = -1
