@@ -64,6 +64,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--index-loss", type=float, default=0.0, help="index patch batch loss (0..1)")
     p.add_argument("--index-delay-ms", type=float, default=0.0, help="extra index update delay")
     p.add_argument("--queue-loss", type=float, default=0.0, help="queue vector loss (0..1)")
+    p.add_argument(
+        "--index-batch-ms",
+        type=float,
+        default=10.0,
+        help="window of cache events a maintenance unit applies as one batch (default 10)",
+    )
     p.add_argument("--fp-bits", type=int, default=8, choices=(0, 8, 16))
     p.add_argument("--no-monotone", action="store_true", help="disable the monotonicity rule")
     p.add_argument(
@@ -113,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         index_loss=args.index_loss,
         index_extra_delay_ms=args.index_delay_ms,
         queue_loss=args.queue_loss,
+        index_batch_ms=args.index_batch_ms,
         fp_bits=args.fp_bits,
         monotone=not args.no_monotone,
     )
