@@ -5,8 +5,9 @@ Three processes on loopback: a worker, one edge (``edge.app``, the real handlers
 SGLang/OpenAI responder by default (``--worker fake``: no per-request work, so what is measured is
 the edge), or the emulated SGLang worker (``--worker emulated``, time scale 0).
 
-1. Overhead: open-loop arrivals at ``--rate`` req/s (Poisson), ``--requests`` each, first direct to
-   the worker, then through the edge; latency = send to last byte. ``overhead_p50_ms`` /
+1. Overhead: open-loop arrivals at ``--rate`` req/s (Poisson), ``--requests`` each, direct to the
+   worker and through the edge in alternating rounds (``--rounds``, so both see the same background
+   load); latency = send to last byte. ``overhead_p50_ms`` /
    ``overhead_p99_ms`` = percentile(through edge) − percentile(direct).
 2. Max throughput: ``--concurrency`` closed-loop clients send streaming ``/generate`` requests
    through the edge for ``--seconds``; ``max_rps`` = completed requests / second.
@@ -49,6 +50,8 @@ def _free_port() -> int:
 
 
 def _pin(cpus: set[int]) -> None:
+    if -1 in cpus:  # no pinning: let the scheduler place the process
+        return
     avail = os.sched_getaffinity(0)
     use = cpus & avail
     if use:
@@ -236,10 +239,16 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         bodies = [plain[i % len(plain)] for i in range(args.requests)]
         for url in (wurl, eurl):  # warm up pools, caches, numba dispatch
             await _open_loop(url, bodies[:200], args.rate, args.seed)
-        direct = await _open_loop(wurl, bodies, args.rate, args.seed)
-        cpu0 = _cpu_s(edge.pid)
-        via = await _open_loop(eurl, bodies, args.rate, args.seed)
-        cpu_open = _cpu_s(edge.pid) - cpu0
+        # Alternate direct and edge rounds so both see the same background noise.
+        d_parts, e_parts, cpu_open = [], [], 0.0
+        per = max(len(bodies) // args.rounds, 1)
+        for k in range(args.rounds):
+            part = bodies[k * per : (k + 1) * per]
+            d_parts.append(await _open_loop(wurl, part, args.rate, args.seed + k))
+            cpu0 = _cpu_s(edge.pid)
+            e_parts.append(await _open_loop(eurl, part, args.rate, args.seed + k))
+            cpu_open += _cpu_s(edge.pid) - cpu0
+        direct, via = np.concatenate(d_parts), np.concatenate(e_parts)
         cpu0 = _cpu_s(edge.pid)
         rps, n_stream = await _closed_loop(eurl, stream, args.concurrency, args.seconds)
         cpu_closed = _cpu_s(edge.pid) - cpu0
@@ -260,7 +269,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "failed_direct": int(np.isnan(direct).sum()), "failed_edge": int(np.isnan(via).sum()),
         "max_rps": round(rps, 1), "direct_max_rps": round(direct_rps, 1),
         "concurrency": args.concurrency,
-        "edge_cpu_us_per_request": round(cpu_open / max(len(bodies), 1) * 1e6, 1),
+        "edge_cpu_us_per_request": round(cpu_open / max(via.size, 1) * 1e6, 1),
         "edge_cpu_us_per_streamed_request": round(cpu_closed / max(n_stream, 1) * 1e6, 1),
         "cpu_bound_rps": round(n_stream / cpu_closed, 1) if cpu_closed > 0 else None,
     }  # fmt: skip
@@ -275,10 +284,13 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--entries", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=6, help="alternating direct/edge rounds")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--edge-cpu", type=int, default=0)
-    ap.add_argument("--worker-cpu", type=int, default=1)
+    ap.add_argument("--edge-cpu", type=int, default=0, help="CPU of the edge (-1: not pinned)")
+    ap.add_argument(
+        "--worker-cpu", type=int, default=1, help="CPU of worker + driver (-1: not pinned)"
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
