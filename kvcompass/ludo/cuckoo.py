@@ -8,20 +8,22 @@ A bucket's keys sit at their view slots ``slot_of(key, seed)``; the seed (0..254
 bucket's keys land on distinct slots. Paths are planned and every new seed computed BEFORE any
 move, so a failure (no path, no seed) leaves the table untouched.
 
-Numba note (applies to every kernel here and in ``othello.py``/``ops.py``): hot functions take
-the arrays they use explicitly, and functions that take the ``TableState`` tuple read its arrays
-into locals at their top. Numba reference-counts tuple members at non-inlined calls and at
-``st.x`` reads inside branches; those atomic updates serialise the cache misses this code is bound
-by (measured 3-40x slower per call).
+Numba notes (apply to every kernel here and in ``othello.py``/``ops.py``):
+
+* Hot functions take the arrays they use explicitly; functions that take the ``TableState`` tuple
+  read its arrays into locals at their top. Numba reference-counts tuple members read inside
+  branches, and those atomic updates serialise the cache misses this code is bound by (measured
+  3-40x slower per call).
+* They are compiled by ``jit.kernel`` (no reference-counting runtime: see ``jit.py``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, slot_of
+from kvcompass.ludo.jit import kernel
 from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import EMPTY, M_BFS, M_BFS_NODES, M_NB, M_STAMP
 
@@ -43,14 +45,14 @@ U32 = NDArray[np.uint32]
 U64 = NDArray[np.uint64]
 
 
-@njit(cache=True)
+@kernel
 def get_value(values: U32, wide: bool, pos: Int) -> np.uint64:
     if wide:
         return np.uint64(values[2 * pos]) | (np.uint64(values[2 * pos + 1]) << _S32)
     return np.uint64(values[pos])
 
 
-@njit(cache=True)
+@kernel
 def put_value(values: U32, wide: bool, pos: Int, v: np.uint64) -> None:
     if wide:
         values[2 * pos] = np.uint32(v & _MASK32)
@@ -59,7 +61,7 @@ def put_value(values: U32, wide: bool, pos: Int, v: np.uint64) -> None:
         values[pos] = np.uint32(v & _MASK32)
 
 
-@njit(cache=True)
+@kernel
 def get_fp(fps: U8, fb: Int, pos: Int) -> np.uint64:
     if fb == 8:
         return np.uint64(fps[pos])
@@ -68,7 +70,7 @@ def get_fp(fps: U8, fb: Int, pos: Int) -> np.uint64:
     return _ZERO
 
 
-@njit(cache=True)
+@kernel
 def put_fp(fps: U8, fb: Int, pos: Int, f: np.uint64) -> None:
     if fb == 8:
         fps[pos] = np.uint8(f & _MASK8)
@@ -77,7 +79,7 @@ def put_fp(fps: U8, fb: Int, pos: Int, f: np.uint64) -> None:
         fps[2 * pos + 1] = np.uint8(f >> _S8)
 
 
-@njit(cache=True)
+@kernel
 def mark_bucket(bdirty: U8, blist: I32, meta: I64, b: Int) -> None:
     if bdirty[b] == 0:
         bdirty[b] = 1
@@ -85,7 +87,7 @@ def mark_bucket(bdirty: U8, blist: I32, meta: I64, b: Int) -> None:
         meta[M_NB] += 1
 
 
-@njit(cache=True)
+@kernel
 def find(skeys: U64, key: np.uint64, b0: Int, b1: Int) -> Int:
     """Slot position of ``key`` or -1 (free slots hold ``EMPTY``, never a valid key)."""
     for s in range(4):
@@ -97,7 +99,7 @@ def find(skeys: U64, key: np.uint64, b0: Int, b1: Int) -> Int:
     return -1
 
 
-@njit(cache=True)
+@kernel
 def count(skeys: U64, b: Int) -> Int:
     n = 0
     for s in range(4):
@@ -106,7 +108,7 @@ def count(skeys: U64, b: Int) -> Int:
     return n
 
 
-@njit(cache=True)
+@kernel
 def choose_seed(
     skeys: U64,
     seeds: U8,
@@ -146,7 +148,7 @@ def choose_seed(
     return -1
 
 
-@njit(cache=True)
+@kernel
 def rewrite(
     skeys: U64,
     sentry: I32,
@@ -201,7 +203,7 @@ def rewrite(
     mark_bucket(bdirty, blist, meta, b)
 
 
-@njit(cache=True)
+@kernel
 def root_path(
     skeys: U64, seeds: U8, scratch: U64, slot_seed: np.uint64, key: np.uint64, b0: Int, b1: Int
 ) -> Int:
@@ -218,7 +220,7 @@ def root_path(
     return 0
 
 
-@njit(cache=True)
+@kernel
 def bfs_path(
     params: U64,
     skeys: U64,

@@ -13,7 +13,6 @@ after the rebuild tries; the op IS applied to the buckets, the locator is incons
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.ludo.cuckoo import (
@@ -31,6 +30,7 @@ from kvcompass.ludo.cuckoo import (
     root_path,
 )
 from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint, locator_cells
+from kvcompass.ludo.jit import kernel
 from kvcompass.ludo.othello import add_edge, rebuild_arrays, remove_edge, set_bit, want_bit
 from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import (
@@ -55,7 +55,7 @@ U32 = NDArray[np.uint32]
 U64 = NDArray[np.uint64]
 
 
-@njit(cache=True)
+@kernel
 def remove_at(
     skeys: U64,
     sentry: I32,
@@ -84,7 +84,7 @@ def remove_at(
     meta[M_LIVE] -= 1
 
 
-@njit(cache=True)
+@kernel
 def place(
     params: U64,
     skeys: U64,
@@ -187,7 +187,7 @@ def place(
     return add_edge(loc, head, half, wdirty, wlist, meta, stack, via, seen, e, a, b, want)
 
 
-@njit(cache=True)
+@kernel
 def _prefetch_op(
     params: U64,
     skeys: U64,
@@ -216,7 +216,7 @@ def _prefetch_op(
     prefetch(loc, b >> 6)
 
 
-@njit(cache=True)
+@kernel
 def update_batch(
     st: TableState,
     keys: U64,
@@ -265,7 +265,7 @@ def update_batch(
     )
 
 
-@njit(cache=True)
+@kernel
 def apply_ops(
     params: U64,
     skeys: U64,
@@ -385,7 +385,7 @@ def apply_ops(
     return OK, n
 
 
-@njit(cache=True)
+@kernel
 def clear_all(st: TableState, mask: np.uint64) -> None:
     """``v &= ~mask`` for every live key; keys whose value becomes 0 are removed."""
     params, skeys, sentry, values, fps = st.params, st.skeys, st.sentry, st.values, st.fps
@@ -419,7 +419,7 @@ def clear_all(st: TableState, mask: np.uint64) -> None:
             mark_bucket(bdirty, blist, meta, pos >> 2)
 
 
-@njit(cache=True)
+@kernel
 def get_batch(params: U64, skeys: U64, values: U32, keys: U64, out: U64) -> None:
     """Exact values (0 = absent) from the keyed side (three arrays: cheap to dispatch)."""
     wide = params[4] == 64

@@ -25,10 +25,10 @@ cache misses this code is bound by.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, locator_cells, mix64
+from kvcompass.ludo.jit import kernel
 from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, TableState
 
@@ -45,13 +45,13 @@ U8 = NDArray[np.uint8]
 I64 = NDArray[np.int64]
 
 
-@njit(cache=True)
+@kernel
 def cell(loc: U64, c: Int) -> np.uint64:
     cc = np.uint64(c)
     return np.uint64((loc[cc >> _S6] >> (cc & _M63)) & _ONE)
 
 
-@njit(cache=True)
+@kernel
 def flip_cell(loc: U64, wdirty: U8, wlist: I32, meta: I64, c: Int) -> None:
     cc = np.uint64(c)
     w = np.int64(cc >> _S6)
@@ -62,7 +62,7 @@ def flip_cell(loc: U64, wdirty: U8, wlist: I32, meta: I64, c: Int) -> None:
         meta[M_NW] += 1
 
 
-@njit(cache=True)
+@kernel
 def _step(head: I32, half: I32, stack: I32, via: I32, base: Int, top: Int, target: Int) -> Int:
     """Pop one node of the side whose stack starts at ``base``; push its children.
 
@@ -86,7 +86,7 @@ def _step(head: I32, half: I32, stack: I32, via: I32, base: Int, top: Int, targe
     return top
 
 
-@njit(cache=True)
+@kernel
 def two_sided_walk(
     head: I32, half: I32, stack: I32, via: I32, seen: I32, meta: I64, u: Int, w: Int, skip: Int
 ) -> Int:
@@ -125,14 +125,14 @@ def two_sided_walk(
             return SIDE_B
 
 
-@njit(cache=True)
+@kernel
 def _flip_side(loc: U64, wdirty: U8, wlist: I32, meta: I64, seen: I32, n: Int, side: Int) -> None:
     base: Int = 0 if side == SIDE_A else n
     for i in range(meta[M_SEEN]):
         flip_cell(loc, wdirty, wlist, meta, np.int64(seen[base + i]))
 
 
-@njit(cache=True)
+@kernel
 def _link(head: I32, half: I32, h: Int, node: Int, other: Int) -> None:
     first = head[node]
     half[3 * h] = first
@@ -143,7 +143,7 @@ def _link(head: I32, half: I32, h: Int, node: Int, other: Int) -> None:
     head[node] = h
 
 
-@njit(cache=True)
+@kernel
 def _unlink(head: I32, half: I32, h: Int, node: Int) -> None:
     nxt = half[3 * h]
     prv = half[3 * h + 1]
@@ -155,7 +155,7 @@ def _unlink(head: I32, half: I32, h: Int, node: Int) -> None:
         half[3 * nxt + 1] = prv
 
 
-@njit(cache=True)
+@kernel
 def add_edge(
     loc: U64,
     head: I32,
@@ -190,14 +190,14 @@ def add_edge(
     return True
 
 
-@njit(cache=True)
+@kernel
 def remove_edge(head: I32, half: I32, e: Int) -> None:
     """Remove entry ``e``'s edge; no cell changes (the view needs no locator image)."""
     _unlink(head, half, 2 * e, half[3 * (2 * e + 1) + 2])
     _unlink(head, half, 2 * e + 1, half[3 * (2 * e) + 2])
 
 
-@njit(cache=True)
+@kernel
 def set_bit(
     loc: U64,
     head: I32,
@@ -221,21 +221,21 @@ def set_bit(
         _flip_side(loc, wdirty, wlist, meta, seen, head.shape[0], side)
 
 
-@njit(cache=True)
+@kernel
 def want_bit(params: U64, key: np.uint64, bucket: Int) -> Int:
     """Locator bit a key in ``bucket`` needs: 1 iff it is ``b1`` (and ``b1 != b0``)."""
     b0, b1 = bucket_pair(key, params[6], params[1])
     return 1 if bucket == b1 and b1 != b0 else 0
 
 
-@njit(cache=True)
+@kernel
 def next_seed(rng: U64) -> np.uint64:
     """Next locator seed from the table's splitmix64 stream (deterministic per table seed)."""
     rng[0] = rng[0] + _GOLDEN
     return mix64(rng[0], np.uint64(0))
 
 
-@njit(cache=True)
+@kernel
 def rebuild(st: TableState) -> bool:
     """Rebuild the Othello over all live entries with fresh seeds (see ``rebuild_arrays``)."""
     return rebuild_arrays(
@@ -255,7 +255,7 @@ def rebuild(st: TableState) -> bool:
     )
 
 
-@njit(cache=True)
+@kernel
 def rebuild_arrays(
     params: U64,
     meta: I64,
