@@ -43,8 +43,10 @@ class SimConfig:
     eviction: str = "lru"
     """Worker eviction policy: lru | lfu | fifo (paper: LFU for Mixed, LRU for WildChat/LMSYS)."""
     cache_chunk_tokens: int = 0
-    """Cache granularity in tokens; 0 = the smallest multiple of the workload's block size that
-    is >= 64 tokens. The cache keeps whole chunks only (a prompt's partial tail is not cached)."""
+    """Cache granularity in tokens; 0 = the workload's block size (16 tokens for the synthetic
+    workloads: the KV page size of vLLM/SGLang paged attention; 512 for Mooncake traces, whose
+    hash ids are all we know). The cache keeps whole chunks only (a partial tail is not cached);
+    a coarser chunk runs faster but loses up to a chunk of reuse per request."""
 
     # -- network ------------------------------------------------------------------------------
     wan_jitter_frac: float = 0.0
@@ -128,4 +130,4 @@ class SimConfig:
                     f"{block_tokens}, got {self.cache_chunk_tokens}"
                 )
             return self.cache_chunk_tokens
-        return block_tokens * max(1, -(-64 // block_tokens))
+        return block_tokens

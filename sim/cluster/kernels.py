@@ -63,6 +63,12 @@ def _ht_insert(ht, N, nd, mask):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def _ht_rebuild(ht, N, live, mask):  # type: ignore[no-untyped-def]
+    for i in range(live.shape[0]):
+        _ht_insert(ht, N, live[i], mask)
+
+
+@njit(cache=True)
 def _ht_delete(ht, N, nd, mask):  # type: ignore[no-untyped-def]
     i = _hash(N[nd, 0], N[nd, 1], mask)
     while ht[i] != nd:

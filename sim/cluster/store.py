@@ -18,7 +18,14 @@ class CacheStore:
     """Chunk caches of ``n_workers`` workers, each ``vram_chunks`` + ``dram_chunks`` big."""
 
     def __init__(
-        self, n_workers: int, vram_chunks: int, dram_chunks: int, policy: str, max_chunks: int
+        self,
+        n_workers: int,
+        vram_chunks: int,
+        dram_chunks: int,
+        policy: str,
+        max_chunks: int,
+        *,
+        initial_rows: int | None = None,
     ) -> None:
         if policy not in ("lru", "lfu", "fifo"):
             raise InvalidInputError(f"policy: expected lru, lfu or fifo, got {policy!r}")
@@ -31,7 +38,11 @@ class CacheStore:
         self.max_chunks = max_chunks
         self.lfu = policy == "lfu"
         self.fifo = policy == "fifo"
-        pool = n_workers * (vram_chunks + dram_chunks) + max_chunks + 1
+        # Rows are allocated on demand (doubling up to the full capacity): a short run on a big
+        # deployment never fills most workers' DRAM, and page-sized chunks make the full pool big.
+        self.full_pool = n_workers * (vram_chunks + dram_chunks) + max_chunks + 1
+        first = max(1 << 16, 8 * max_chunks + 16) if initial_rows is None else initial_rows
+        pool = min(self.full_pool, max(first, max_chunks + 1))
         self.pool = pool
         ht_size = 1 << max(4, int(2 * pool - 1).bit_length())
         self.mask = ht_size - 1
@@ -69,6 +80,8 @@ class CacheStore:
         ``o_kind/o_chunk/o_depth/o_owner[:n]`` (kinds ``kernels.STORED`` ... ``REMOVED``).
         """
         self._check(worker, chunks)
+        if self.n_free[0] <= chunks.shape[0]:
+            self._grow()
         m, m_dram, n = k._serve(
             self.ht, self.mask, self.nodes, self.free, self.n_free,
             self.heap, self.size, self.count, self.cap, self.tick,
@@ -76,6 +89,27 @@ class CacheStore:
             self.o_kind, self.o_chunk, self.o_depth, self.o_owner,
         )  # fmt: skip
         return int(m), int(m_dram), int(n)
+
+    def _grow(self) -> None:
+        """Double the node rows (row ids stay valid, so heaps are untouched); rehash if needed."""
+        old, new = self.pool, min(self.full_pool, 2 * self.pool)
+        if new == old:
+            return
+        nodes = np.zeros((new, k.N_COLS), dtype=np.int64)
+        nodes[:old] = self.nodes
+        nf = int(self.n_free[0])
+        free = np.empty(new, dtype=np.int64)
+        free[:nf] = self.free[:nf]
+        free[nf : nf + new - old] = np.arange(new - 1, old - 1, -1, dtype=np.int64)
+        self.nodes, self.free, self.pool = nodes, free, new
+        self.n_free[0] = nf + new - old
+        if 2 * new > self.ht.shape[0]:
+            live = np.ones(old, dtype=np.bool_)
+            live[self.free[:nf]] = False
+            size = 1 << int(2 * new - 1).bit_length()
+            self.ht = np.full(size, -1, dtype=np.int64)
+            self.mask = size - 1
+            k._ht_rebuild(self.ht, self.nodes, np.flatnonzero(live).astype(np.int64), self.mask)
 
     def match(self, worker: int, chunks: NDArray[np.int64]) -> tuple[int, int]:
         """(held chunks, of which in DRAM) on one worker, without touching anything."""

@@ -98,6 +98,21 @@ def test_cache_kernels__match_the_python_twin(
                 assert held_flags == sorted(held_flags, reverse=True)
 
 
+def test_cache_store__grows_its_rows_without_changing_behaviour() -> None:
+    rng = np.random.default_rng(3)
+    store = CacheStore(2, 200, 300, "lru", 12, initial_rows=16)
+    twins = [naive.ChunkCacheTwin(200, 300, "lru") for _ in range(2)]
+    paths = [
+        [int(x) for x in rng.integers(1, 1 << 40, int(rng.integers(1, 13)))] for _ in range(400)
+    ]
+    for step in range(1500):
+        w, p = int(rng.integers(2)), paths[int(rng.integers(len(paths)))]
+        got = store.serve(w, np.array(p, dtype=np.int64), step)[:2]
+        assert got == twins[w].serve(p, step, None)
+    assert store.pool > 16
+    assert [store.held(w) for w in range(2)] == [len(t) for t in twins]
+
+
 def test_request_keys__equal_the_hasher_at_every_indexed_length() -> None:
     dep = two_regions()
     levels = Levels.from_deployment(dep)
