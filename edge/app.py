@@ -15,6 +15,7 @@ and a second HTTP client library for forwarding.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from edge import openai_shapes as shapes
 from edge.config import EdgeConfig
 from edge.feedback import encode_queue_header
 from edge.forwarder import Forwarder, Route
-from edge.handlers import error_middleware, make_completion_handler
+from edge.handlers import EDGE, error_middleware, make_completion_handler
 from edge.service import EdgeService, NullSink
 from edge.tokenizer import Tokenizer, make_tokenizer
 from kvcompass.deployment import Deployment
@@ -60,11 +61,17 @@ class EdgeApp:
     patch_follower: Any = None
     """``edge.sync.PatchFollower`` when the views follow Kafka (set by ``edge.main``)."""
     local_workers: frozenset[int] = field(default_factory=frozenset)
+    _rid_prefix: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    _rid_seq: int = 0
 
     @property
     def limits(self) -> shapes.Limits:
         c = self.config
         return shapes.Limits(c.model, c.max_context_tokens, c.max_new_tokens)
+
+    def new_request_id(self) -> str:
+        self._rid_seq += 1
+        return f"{self._rid_prefix}-{self._rid_seq:x}"
 
     def relay_target(self, header: str) -> int:
         """The local worker a peer edge asks this edge to serve on (400 if not one)."""
@@ -81,9 +88,6 @@ class EdgeApp:
         qv = self.service.router.queue_view
         ids = qv.local_workers
         return encode_queue_header(self.service.origin, ids.tolist(), qv.queue_ms[ids].tolist())
-
-
-EDGE = web.AppKey("edge", EdgeApp)
 
 
 def assemble(

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import re
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -49,17 +48,23 @@ _PARSERS = {
 
 
 def request_id(request: web.Request) -> str:
+    """The client's ``X-Request-Id`` if usable (1–128 of ``[A-Za-z0-9._:-]``), else a new one:
+    a random per-process prefix plus a counter (unique without a syscall per request)."""
     rid = request.headers.get("X-Request-Id", "")
-    return rid if _RID.match(rid) else uuid.uuid4().hex
+    if _RID.match(rid):
+        return rid
+    return request.app[EDGE].new_request_id()
 
 
 def error_response(err: shapes.ApiError, rid: str) -> web.Response:
     return web.json_response(err.body(rid), status=err.status, headers={"X-Request-Id": rid})
 
 
-def _state(request: web.Request) -> EdgeApp:
-    from edge.app import EDGE
+EDGE: web.AppKey[EdgeApp] = web.AppKey("edge")
+"""The ``EdgeApp`` an application serves (set by ``edge.app.build_app``)."""
 
+
+def _state(request: web.Request) -> EdgeApp:
     return request.app[EDGE]
 
 
