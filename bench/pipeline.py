@@ -220,8 +220,8 @@ def main() -> int:
     ap.add_argument("--keys-per-run", type=int, default=4)
     ap.add_argument("--rate", type=float, default=10_000.0)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--event-keys", type=int, default=8)
-    ap.add_argument("--probe-every", type=int, default=10)
+    ap.add_argument("--event-keys", type=int, default=4)
+    ap.add_argument("--probe-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=20261201)
     args = ap.parse_args()
 
@@ -234,20 +234,38 @@ def main() -> int:
         broker = LocalBroker(_free_port(), controller_port=_free_port(), state_dir=tmp / "broker",
                              die_with_parent=True)  # fmt: skip
         bootstrap = broker.up(timeout_s=120)
-    cfg = PipelineConfig(bootstrap_servers=bootstrap, n_shards=args.n_shards,
-                         topic_prefix=f"bench-{os.getpid()}-{int(time.time())}.")  # fmt: skip
-    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), cfg)
-    proc = None
+
+    def fresh(tag: str) -> PipelineConfig:
+        prefix = f"bench-{tag}-{os.getpid()}-{int(time.time())}."
+        c = PipelineConfig(bootstrap_servers=bootstrap, n_shards=args.n_shards, topic_prefix=prefix)
+        ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), c)
+        return c
+
+    def ready(log: Path) -> None:
+        deadline = time.monotonic() + 120
+        while b"Worker ready" not in log.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    procs: list[subprocess.Popen[bytes]] = []
     try:
+        # phase 1: a backlog drained by a worker started after it was written
+        cfg = fresh("ops")
         key_ops = backlog(cfg, args.op_records, args.keys_per_run, args.seed)
-        proc = start_worker(cfg, tmp / "worker.log", ["--initial-capacity", "65536"])
+        procs.append(start_worker(cfg, tmp / "worker-ops.log", ["--initial-capacity", "65536"]))
         span_s, patch_records = drained_span_s(cfg, 600)
+        procs[-1].terminate()
+        procs[-1].wait(30)
+        # phase 2: a fresh worker and topics, events at a fixed rate
+        cfg = fresh("lat")
+        procs.append(start_worker(cfg, tmp / "worker-lat.log", []))
+        ready(tmp / "worker-lat.log")
         lat = latency(cfg, args.rate, args.seconds, args.event_keys, args.probe_every,
                       args.seed + 1)  # fmt: skip
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(30)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(30)
         if broker is not None:
             broker.down()
     out = {"key_ops": key_ops, "op_records": args.op_records,
