@@ -66,7 +66,7 @@ class LudoParams:
 
     def __post_init__(self) -> None:
         _check_range("epoch", self.epoch, 0, 1 << 63)
-        _check_range("n_buckets", self.n_buckets, 1, 1 << 29)
+        _check_range("n_buckets", self.n_buckets, 1, 1 << 28)  # half-edge ids fit int32
         _check_range("locator_a_cells", self.locator_a_cells, 1, 1 << 30)
         _check_range("locator_b_cells", self.locator_b_cells, 1, 1 << 30)
         if self.value_bits not in (32, 64):
