@@ -1,0 +1,59 @@
+"""The Faust agents hand each take to the shell with Kafka coordinates (agent.test_context)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import faust
+
+from pipeline.agents import register_agents
+from pipeline.app import Raw
+from pipeline.config import PipelineConfig
+
+
+class FakeShell:
+    """Records what the agents pass on (the shell's own logic is tested on its own)."""
+
+    def __init__(self) -> None:
+        self.topics = PipelineConfig(topic_prefix="t.").topics
+        self.settings = type("S", (), {"take_max": 10, "take_within_s": 0.01})()
+        self.rechunked: list[Raw] = []
+        self.maintained: list[list[Raw]] = []
+
+    async def rechunk(self, batch: list[Raw]) -> int:
+        self.rechunked.extend(batch)
+        return len(batch)
+
+    async def maintain(self, batch: list[Raw]) -> int:
+        self.maintained.append(batch)
+        return len(batch)
+
+
+def _app(shell: Any) -> faust.App:
+    app = faust.App(
+        "test-agents", broker="kafka://127.0.0.1:1", web_enabled=False, store="memory://"
+    )
+    register_agents(app, shell)
+    return app
+
+
+def test_agents_pass_raw_records_with_coordinates__test_context() -> None:
+    shell = FakeShell()
+    app = _app(shell)
+    agents = {a.name.rsplit(".", 1)[-1]: a for a in app.agents.values()}
+    assert set(agents) >= {"rechunk", "maintain"}
+    assert agents["maintain"].isolated_partitions
+
+    async def run() -> None:
+        async with agents["rechunk"].test_context() as agent:
+            await agent.put(b"v1", key=b"k1", partition=2, wait=False)
+            await agent.put(b"v2", key=b"k2", partition=2, wait=False)
+            for _ in range(100):
+                if len(shell.rechunked) == 2:
+                    break
+                await asyncio.sleep(0.02)
+
+    asyncio.run(run())
+    got = [(r.partition, r.offset, r.key, r.value) for r in shell.rechunked]
+    assert got == [(2, 0, b"k1", b"v1"), (2, 1, b"k2", b"v2")]

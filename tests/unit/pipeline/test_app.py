@@ -1,0 +1,103 @@
+"""PipelineShell without a broker: rechunk output, maintenance apply, dead-letter decisions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from kvcompass.deployment import builtin_deployment
+from pipeline.app import PipelineShell, Raw, WorkerSettings
+from pipeline.codec import AvroCodec
+from pipeline.config import PipelineConfig
+from pipeline.maintenance import MaintenanceUnit, PatchScan
+from pipeline.patch_sink import decode_value
+from pipeline.registry import InProcessRegistry
+from tests.unit.pipeline._pipeline_fixtures import event
+
+CODEC = AvroCodec(InProcessRegistry(), validate=True)
+
+
+class FakeDelivery:
+    """ProducerPort + the waiting API, recording what was produced."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None, int]] = []
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1) -> None:
+        self.sent.append((topic, value, key, partition))
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        return 0
+
+    def mark(self) -> dict[tuple[str, int], int]:
+        return {}
+
+    async def delivered_up_to(self, target: dict[tuple[str, int], int]) -> None:
+        return None
+
+
+def _shell() -> tuple[PipelineShell, FakeDelivery]:
+    fake = FakeDelivery()
+    cfg = PipelineConfig(n_shards=3, topic_prefix="u.")
+    dep = builtin_deployment("paper-testbed-14x3")
+    return PipelineShell(WorkerSettings(cfg, dep), delivery=fake), fake  # type: ignore[arg-type]
+
+
+def _raw(topic: str, offset: int, value: bytes | None, partition: int = 0) -> Raw:
+    return Raw(topic, partition, offset, b"k", value)
+
+
+def test_rechunk_writes_one_record_per_shard_and_dead_letters_bad_events__mixed_take() -> None:
+    shell, fake = _shell()
+    t = shell.topics
+    toks = np.arange(900, dtype=np.int32)
+    good = [CODEC.encode("KvEvent", event(w, toks + w)) for w in (0, 5, 9)]
+    bad = [b"\x7bjunk", CODEC.encode("KvEvent", {**event(0, toks), "worker_id": 99}), None]
+    batch = [_raw(t.kv_events, i, v) for i, v in enumerate([good[0], bad[0], good[1], bad[1],
+                                                             bad[2], good[2]])]  # fmt: skip
+    produced = asyncio.run(shell.rechunk(batch))
+    ops = [s for s in fake.sent if s[0] == t.index_ops]
+    assert produced == len(ops) == len({p for *_, p in ops})
+    assert all(CODEC.decode(v)[0] == "IndexOpBatch" for _, v, _, _ in ops)  # type: ignore[arg-type]
+    assert shell.dead.counts == {"UNDECODABLE": 2, "UNKNOWN_WORKER": 1}
+    letters = [CODEC.decode(v)[1] for topic, v, _, _ in fake.sent if topic == t.dead_letters]  # type: ignore[arg-type]
+    assert sorted(d["original_offset"] for d in letters) == [1, 3, 4]
+
+
+def test_apply_sends_patches_and_skips_seen_offsets__redelivery() -> None:
+    shell, fake = _shell()
+    t = shell.topics
+    toks = np.arange(900, dtype=np.int32)
+    asyncio.run(shell.rechunk([_raw(t.kv_events, 0, CODEC.encode("KvEvent", event(3, toks)))]))
+    ops = [(p, v) for topic, v, _, p in fake.sent if topic == t.index_ops]
+    shard, value = ops[0]
+    unit = MaintenanceUnit(shell.layout, shard, 3)
+    unit.recover([], PatchScan(), 0)
+    fake.sent.clear()
+    n = shell.apply(unit, [_raw(t.index_ops, 0, value, shard)])
+    patches = [v for topic, v, _, _ in fake.sent if topic == t.index_patches]
+    assert n > 0 and patches
+    assert {decode_value(shell.sink.schema_id, v).source_offset for v in patches} == {0}  # type: ignore[arg-type]
+    fake.sent.clear()
+    assert shell.apply(unit, [_raw(t.index_ops, 0, value, shard)]) == 0  # already reflected
+    assert fake.sent == []
+
+
+def test_apply_dead_letters_a_record_of_another_shard__wrong_partition() -> None:
+    shell, fake = _shell()
+    t = shell.topics
+    toks = np.arange(900, dtype=np.int32)
+    asyncio.run(shell.rechunk([_raw(t.kv_events, 0, CODEC.encode("KvEvent", event(3, toks)))]))
+    shard, value = next((p, v) for topic, v, _, p in fake.sent if topic == t.index_ops)
+    other = (shard + 1) % 3
+    unit = MaintenanceUnit(shell.layout, other, 3)
+    unit.recover([], PatchScan(), 0)
+    fake.sent.clear()
+    assert shell.apply(unit, [_raw(t.index_ops, 0, value, other)]) == 0
+    assert shell.dead.counts == {"INVALID": 1}
+    assert unit.next_offset == 1  # the bad record is consumed, not retried forever
