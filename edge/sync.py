@@ -17,9 +17,12 @@ Must not route or serve HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,7 @@ from pipeline.view_sync import PatchApplier
 from workers.sink import RecordSink
 
 _MAX_BATCH = 5000
+log = logging.getLogger(__name__)
 
 
 class SinkProducer:
@@ -72,6 +76,28 @@ def consumer_conf(bootstrap: str, what: str) -> dict[str, Any]:
 async def _consume(consumer: Any, timeout_s: float) -> list[Any]:
     msgs: list[Any] = await asyncio.to_thread(consumer.consume, _MAX_BATCH, timeout_s)
     return msgs
+
+
+async def _guarded(step: Awaitable[object], edge: EdgeApp, what: str) -> bool:
+    """Run one poll; a failure (broker error, or a record the applier cannot use) is logged and
+    counted, never fatal to the edge: the view only ages, which ``view_staleness_ms`` shows.
+    False if it failed."""
+    try:
+        await step
+        return True
+    except KafkaException as exc:
+        log.warning("%s consumer: %s", what, exc)
+        edge.service.metrics.inc("errors_total", type=f"kafka-{what}")
+        return False
+    except Exception:  # keep serving with the last good view; the log has the traceback
+        log.exception("%s consumer step failed", what)
+        edge.service.metrics.inc("errors_total", type=f"sync-{what}")
+        return False
+
+
+async def _pause(stop: asyncio.Event) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), 1.0)
 
 
 class PatchFollower:
@@ -164,7 +190,8 @@ class PatchFollower:
         period_s = self.edge.config.offsets_flush_period_ms / 1000.0
         saved_at = time.monotonic()
         while not stop.is_set():
-            await self.poll_once()
+            if not await _guarded(self.poll_once(), self.edge, "patches"):
+                await _pause(stop)
             if time.monotonic() - saved_at >= period_s:
                 self.save()
                 saved_at = time.monotonic()
@@ -212,9 +239,13 @@ class QueueVectorFollower:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            for m in await _consume(self.consumer, 0.05):
-                if m.error() is None:
-                    self.handle(m.partition(), m.offset(), m.key(), m.value())
+            if not await _guarded(self._poll_once(), self.edge, "queue-vectors"):
+                await _pause(stop)
+
+    async def _poll_once(self) -> None:
+        for m in await _consume(self.consumer, 0.05):
+            if m.error() is None:
+                self.handle(m.partition(), m.offset(), m.key(), m.value())
 
     def close(self) -> None:
         self.consumer.close()
