@@ -14,9 +14,9 @@ the edge), or the emulated SGLang worker (``--worker emulated``, time scale 0).
 
 Also printed: the edge process's CPU time per request (``/proc/<pid>/stat``) and
 ``cpu_bound_rps`` (streamed requests per CPU-second of the edge: what one dedicated core would
-sustain). The edge is pinned to one CPU (``--edge-cpu``; -1: not pinned), worker and driver to the other(s) when the
-machine has more than one. The index holds ``--entries`` entries (random keys plus the bench
-prompts registered on a few workers, so lookups hit).
+sustain). The edge is pinned to one CPU (``--edge-cpu``; -1: not pinned), worker and driver to
+the other(s) when the machine has more than one. The index holds ``--entries`` entries (random
+keys plus the bench prompts registered on a few workers, so lookups hit).
 
     python bench/edge.py [--rate 500] [--requests 3000] [--prompt-tokens 512] [--json]
 """
