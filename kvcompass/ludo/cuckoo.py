@@ -29,6 +29,7 @@ from kvcompass.ludo.state import EMPTY, M_BFS, M_BFS_NODES, M_NB, M_STAMP
 
 MAX_SEED = 254
 MAX_DEPTH = 5
+STAMP_LIMIT = (1 << 31) - 1
 _S8 = np.uint64(8)
 _S32 = np.uint64(32)
 _MASK8 = np.uint64(0xFF)
@@ -244,6 +245,9 @@ def bfs_path(
     it (i < d-1); ``scratch[PS+i]`` is its new seed.
     """
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
+    if meta[M_STAMP] >= STAMP_LIMIT:  # int32 marks: start over before the stamp would wrap
+        mark[:] = 0
+        meta[M_STAMP] = 0
     meta[M_STAMP] += 1
     stamp = meta[M_STAMP]
     tail = 0

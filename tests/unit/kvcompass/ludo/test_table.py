@@ -296,3 +296,17 @@ def test_table__invalid_construction_raises(kwargs: dict[str, float], match: str
 def test_clear_bits__invalid_mask_raises() -> None:
     with pytest.raises(InvalidInputError, match="mask"):
         LudoTable(10).clear_bits(-1)
+
+
+def test_bfs_visit_stamps__restart_before_int32_wrap() -> None:
+    from kvcompass.ludo.cuckoo import STAMP_LIMIT
+    from kvcompass.ludo.state import M_STAMP
+
+    t = LudoTable(2000, seed=13)
+    t._st.meta[M_STAMP] = STAMP_LIMIT - 3
+    keys = np.random.default_rng(13).integers(0, 2**63, int(0.94 * t.params.n_slots), np.uint64)
+    t.update(keys, np.zeros(keys.shape[0], np.uint64), np.ones(keys.shape[0], np.uint64))
+    assert t.epoch == 0 and t.stats()["bfs_searches"] > 3  # so the stamps did wrap
+    assert 0 < int(t._st.meta[M_STAMP]) < STAMP_LIMIT
+    assert naive.ludo_table_invariants(t) == []
+    assert t.get(keys).tolist() == [1] * keys.shape[0]
