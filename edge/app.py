@@ -31,6 +31,7 @@ from edge.service import EdgeService, NullSink
 from edge.tokenizer import Tokenizer, make_tokenizer
 from kvcompass.deployment import Deployment
 from kvcompass.discovery import EdgeDiscovery
+from kvcompass.errors import ConfigError
 from kvcompass.index_view import IndexView
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.layout import TableLayout
@@ -127,7 +128,9 @@ def assemble(
     routes: dict[int, Route] = {}
     for w, url in config.worker_urls().items():
         if not 0 <= w < deployment.n_workers:
-            raise shapes.ApiError(500, f"worker {w} is not in the deployment")  # config bug
+            raise ConfigError(
+                f"workers: expected ids in 0..{deployment.n_workers - 1}, got {w}"
+            )
         r = int(wr[w])
         delay = float(wan[origin, r]) * config.wan_delay_scale / 1000.0 if r != origin else 0.0
         via = peers.get(r) if r != origin else None

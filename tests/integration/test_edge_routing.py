@@ -218,3 +218,20 @@ def test_hot_remote_prefix__migration_request_published_for_idle_local_worker() 
             assert mig["first_level_key"] == (await _explain(client, "r-hot-2"))["family_key"]
 
     run(scenario())
+
+
+def test_local_loads_poll__live_readings_refresh_local_estimates() -> None:
+    from edge.loads import LocalLoads
+
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, _ = await c.add_edge("us")
+            qv = app.service.router.queue_view
+            assert not np.isfinite(qv.staleness_ms(app.service.clock_ms())[[0, 1]]).any()
+            loads = LocalLoads(app)
+            await loads.poll_once()
+            assert loads.polls == 1
+            assert np.isfinite(qv.staleness_ms(app.service.clock_ms())[[0, 1]]).all()
+            assert qv.queue_ms[0] == 0.0  # idle emulated workers report no waiting tokens
+
+    run(scenario())
