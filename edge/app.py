@@ -104,7 +104,7 @@ def assemble(
     levels = Levels.from_deployment(deployment)
     layout = TableLayout.for_regions([r.n_workers for r in deployment.regions])
     store = None
-    if config.view_dir is not None:
+    if config.view_dir is not None and config.view_mode == "writer":
         Path(config.view_dir).mkdir(parents=True, exist_ok=True)
         store = ViewStore(Path(config.view_dir))
         view = IndexView(layout, levels.matrix, pipe.n_shards, allocator=store.allocate,
@@ -128,9 +128,7 @@ def assemble(
     routes: dict[int, Route] = {}
     for w, url in config.worker_urls().items():
         if not 0 <= w < deployment.n_workers:
-            raise ConfigError(
-                f"workers: expected ids in 0..{deployment.n_workers - 1}, got {w}"
-            )
+            raise ConfigError(f"workers: expected ids in 0..{deployment.n_workers - 1}, got {w}")
         r = int(wr[w])
         delay = float(wan[origin, r]) * config.wan_delay_scale / 1000.0 if r != origin else 0.0
         via = peers.get(r) if r != origin else None

@@ -76,6 +76,9 @@ class EdgeConfig:
     """Recent decisions kept for ``/debug/explain/{request_id}``."""
     view_dir: str | None = None
     """Directory of the memory-mapped view files; None keeps the views in memory."""
+    view_mode: str = "writer"
+    """``writer``: this process consumes ``index-patches`` into ``view_dir``. ``reader``: it serves
+    the files another edge process on this host writes to ``view_dir`` (``edge.shared_view``)."""
     drain_timeout_ms: float = 10_000.0
     """On SIGTERM, wait at most this long for in-flight requests."""
     offsets_flush_period_ms: float = 1000.0
@@ -112,6 +115,14 @@ class EdgeConfig:
         if not (self.tokenizer == "builtin" or self.tokenizer.startswith("hf:")):
             raise ConfigError(f"edge.tokenizer: expected 'builtin' or 'hf:<path>', got "
                               f"{self.tokenizer!r}")  # fmt: skip
+        if self.view_mode not in ("writer", "reader"):
+            raise ConfigError(
+                f"edge.view_mode: expected 'writer' or 'reader', got {self.view_mode!r}"
+            )
+        if self.view_mode == "reader" and self.view_dir is None:
+            raise ConfigError(
+                "edge.view_mode 'reader' needs edge.view_dir (the writer's directory)"
+            )
         ids = [w for w, _ in self.workers]
         if len(set(ids)) != len(ids) or any(w < 0 for w in ids):
             raise ConfigError(f"workers: expected unique ids >= 0, got {ids}")

@@ -25,6 +25,7 @@ from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
 from edge.loads import LocalLoads
 from edge.service import NullSink
+from edge.shared_view import ViewFileFollower
 from edge.sync import open_followers
 from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import Deployment
@@ -65,7 +66,10 @@ async def run_edge(
         sink = KafkaSink(config.pipeline.bootstrap_servers, linger_ms=5)
     edge = assemble(config, deployment, sink=sink)
     followers = open_followers(edge, sink) if config.pipeline is not None else None
-    if followers is not None:
+    reader = ViewFileFollower(edge) if config.view_mode == "reader" else None
+    if reader is not None:
+        log.info("reader mode: %d views from %s", reader.refresh(), config.view_dir)
+    elif followers is not None:
         edge.patch_follower = followers[0]
         resumed = followers[0].resumed
         ok = await followers[0].catch_up(BOOTSTRAP_TIMEOUT_S)
@@ -91,8 +95,11 @@ async def run_edge(
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(LocalLoads(edge).run(stop))
-            if followers is not None:
+            if reader is not None:
+                tg.create_task(reader.run(stop))
+            elif followers is not None:
                 tg.create_task(followers[0].run(stop))
+            if followers is not None:
                 tg.create_task(followers[1].run(stop))
             await stop.wait()
             await runner.cleanup()  # stop accepting, drain in-flight (shutdown_timeout)

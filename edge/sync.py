@@ -278,6 +278,7 @@ def open_followers(edge: EdgeApp, sink: RecordSink) -> tuple[PatchFollower, Queu
     dead = DeadLetters(SinkProducer(sink), edge.service.codec, edge.pipeline.topics.dead_letters,
                        f"edge-{edge.config.region}")  # fmt: skip
     queues = QueueVectorFollower(edge, Consumer(consumer_conf(boot, "queues")), dead)
-    patches.start()
+    if edge.config.view_mode == "writer":
+        patches.start()
     queues.start()
     return patches, queues

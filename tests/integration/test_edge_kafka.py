@@ -165,3 +165,31 @@ def test_queue_vectors__fold_into_router_and_bad_records_dead_lettered(
         await task
 
     asyncio.run(scenario())
+
+
+def test_reader_edge_on_the_writers_files__same_answers_and_follows_updates(
+    kafka_admin: AdminClient, pipeline_config: PipelineConfig, tmp_path: Path
+) -> None:
+    ensure_topics(kafka_admin, pipeline_config)
+    maint = Maintenance(pipeline_config)
+    p1, p2 = ec.prompt(8000, 31), ec.prompt(5000, 32)
+
+    async def scenario() -> None:
+        maint.send(maint.index.full_images())
+        writer, w_stop, w_task = await _start(_config(pipeline_config, tmp_path / "v"))
+        hasher = writer.service.discovery.hasher
+        maint.register(2, p1, hasher)
+        await _until(lambda: _answer(writer, p1)[1][2] == 7552, "the writer to apply")
+        r_cfg = dataclasses.replace(_config(pipeline_config, tmp_path / "v"), view_mode="reader")
+        reader, r_stop, r_task = await _start(r_cfg)
+        assert reader.patch_follower is None  # reads files, not the patch topic
+        assert _answer(reader, p1) == _answer(writer, p1)
+        maint.register(3, p2, hasher)  # the writer applies it; the reader shares its pages
+        await _until(lambda: _answer(writer, p2)[1][3] > 0, "the writer to apply the update")
+        await _until(lambda: _answer(reader, p2) == _answer(writer, p2), "the reader to follow")
+        for s in (r_stop, w_stop):
+            s.set()
+        await r_task
+        await w_task
+
+    asyncio.run(scenario())
