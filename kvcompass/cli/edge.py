@@ -33,6 +33,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", default=None, help="served model id (key namespace)")
     p.add_argument("--tokenizer", default=None, help="builtin | hf:<local path>")
     p.add_argument("--view-dir", default=None, help="directory of the mmap'd view files")
+    p.add_argument("--view-mode", default=None, choices=("writer", "reader"),
+                   help="writer: consume index-patches into --view-dir; reader: serve its files")  # fmt: skip
     p.add_argument("--wan-delay-scale", type=float, default=None)
     p.add_argument("--decision-sample-rate", type=float, default=None)
     p.add_argument("--bootstrap-servers", default=None, help="Kafka; omitted: no Kafka")
@@ -65,7 +67,7 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
     path: str | None = args.config
     overrides: dict[str, Any] = {
         "region": args.region, "host": args.host, "port": args.port, "model": args.model,
-        "tokenizer": args.tokenizer, "view_dir": args.view_dir,
+        "tokenizer": args.tokenizer, "view_dir": args.view_dir, "view_mode": args.view_mode,
         "wan_delay_scale": args.wan_delay_scale,
         "decision_sample_rate": args.decision_sample_rate,
     }  # fmt: skip
