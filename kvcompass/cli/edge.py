@@ -33,8 +33,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", default=None, help="served model id (key namespace)")
     p.add_argument("--tokenizer", default=None, help="builtin | hf:<local path>")
     p.add_argument("--view-dir", default=None, help="directory of the mmap'd view files")
-    p.add_argument("--view-mode", default=None, choices=("writer", "reader"),
-                   help="writer: consume index-patches into --view-dir; reader: serve its files")  # fmt: skip
+    p.add_argument(
+        "--view-mode",
+        default=None,
+        choices=("writer", "reader"),
+        help="writer: consume index-patches into --view-dir; reader: serve its files",
+    )
     p.add_argument("--wan-delay-scale", type=float, default=None)
     p.add_argument("--decision-sample-rate", type=float, default=None)
     p.add_argument("--bootstrap-servers", default=None, help="Kafka; omitted: no Kafka")
