@@ -235,3 +235,21 @@ def test_local_loads_poll__live_readings_refresh_local_estimates() -> None:
             assert qv.queue_ms[0] == 0.0  # idle emulated workers report no waiting tokens
 
     run(scenario())
+
+
+def test_index_claims_what_the_worker_lacks__false_hit_counted_and_belief_lowered() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us")
+            tokens = ec.prompt(2000, seed=7)
+            c.register(0, tokens)  # the index says worker 0 holds it; the worker never saw it
+            await _generate(client, tokens, "r-false")
+            ex = await _explain(client, "r-false")
+            assert ex["served_by"] == 0 and ex["claimed_tokens"] == 1024
+            assert ex["reused_tokens"] == 0
+            assert app.service.metrics.total("false_hits_total") == 1
+            assert app.service.router.belief.belief[0] < 1.0
+            r = await client.get("/metrics")
+            assert "kvc_edge_false_hits_total 1" in (await r.text()).splitlines()
+
+    run(scenario())
