@@ -1,14 +1,18 @@
 """Oracle: every request goes to the least-loaded worker of the whole pool (paper §5.3).
 
 The load-balance lower bound of Fig. 14: it reads every worker's exact backlog live (no
-staleness, no discovery cost) and sends the request where it will wait least once it gets there
-(backlog at arrival = backlog now minus the one-way trip). Ties — typically many idle workers at
-low load — go to the nearest worker, so the Oracle does not pay WAN for nothing. It ignores cache
-contents on purpose: it is the bound on balance, not on reuse.
+staleness, no discovery cost) and sends the request where it will wait least once it gets there.
+Being omniscient it also counts the work it has itself sent that is still crossing the WAN
+(requests in flight are not in any worker's queue yet; without them the Oracle would herd onto
+one idle remote worker for a whole WAN delay). That in-flight work is charged at the full
+prefill ``β·L`` (the Oracle ignores reuse on purpose: it is the bound on balance, not on reuse).
+Ties — typically many idle workers at low load — go to the nearest worker, so the Oracle does
+not pay WAN for nothing.
 """
 
 from __future__ import annotations
 
+import heapq
 from typing import ClassVar
 
 import numpy as np
@@ -17,7 +21,7 @@ from sim.schemes.base import Route, Scheme, SchemeContext
 
 
 class Oracle(Scheme):
-    """argmin over all workers of (backlog at arrival, one-way WAN)."""
+    """argmin over all workers of (wait at arrival incl. in-flight work, one-way WAN)."""
 
     name: ClassVar[str] = "oracle"
 
@@ -27,12 +31,23 @@ class Oracle(Scheme):
         region = ctx.cluster.worker_region
         # one_way[o, w]: edge of region o -> worker w
         self._one_way = np.ascontiguousarray(wan[:, region])
-        self._origin = ctx.requests.origin
+        self._origin = ctx.requests.origin.tolist()
+        self._prompt = ctx.requests.prompt_len.tolist()
+        self._beta = ctx.cost.prefill_ms_per_token.tolist()
+        self._inflight = np.zeros(ctx.cluster.n_workers, dtype=np.float64)
+        self._arrivals: list[tuple[float, int, float]] = []
 
     def route(self, req: int, now_ms: float) -> Route:
-        o = int(self._origin[req])
+        arrivals, inflight = self._arrivals, self._inflight
+        while arrivals and arrivals[0][0] <= now_ms:
+            _, w_done, ms = heapq.heappop(arrivals)
+            inflight[w_done] -= ms
+        o = self._origin[req]
         ow = self._one_way[o]
-        wait = np.maximum(self.ctx.cluster.backlog_ms(now_ms) - ow, 0.0)
+        wait = np.maximum(self.ctx.cluster.backlog_ms(now_ms) + inflight - ow, 0.0)
         # lexicographic (wait, WAN): WAN is < 1e3 ms, so scale it below any real wait difference
         w = int(np.argmin(wait + ow * 1e-9))
+        ms = self._beta[w] * self._prompt[req]
+        inflight[w] += ms
+        heapq.heappush(arrivals, (now_ms + float(ow[w]), w, ms))
         return Route(worker=w)
