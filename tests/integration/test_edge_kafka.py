@@ -67,6 +67,12 @@ class Maintenance:
         self.send(self.index.register(worker, hasher.keys_at(np.asarray(tokens, np.int32), reg)))
 
 
+def reader_files(edge: EdgeApp) -> list[str]:
+    """For failure messages: the view files of ``edge``'s directory."""
+    assert edge.config.view_dir is not None
+    return sorted(p.name for p in Path(edge.config.view_dir).glob("*.kvview"))
+
+
 def _config(pipe: PipelineConfig, view_dir: Path | None) -> EdgeConfig:
     return EdgeConfig(
         region="us", model=ec.MODEL, port=0, loads_poll_period_ms=0.0,
@@ -88,12 +94,12 @@ def _answer(edge: EdgeApp, tokens: list[int]) -> tuple[int, list[int], list[int]
     return d.worker, lk.match.matched_tokens.tolist(), lk.match.tiers.tolist()
 
 
-async def _until(pred: Any, what: str) -> None:
-    for _ in range(200):  # bounded: ~10 s
+async def _until(pred: Any, what: str, show: Any = None) -> None:
+    for _ in range(600):  # bounded: ~30 s (a loaded 2-vCPU machine can be slow)
         if pred():
             return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f": {show()}" if show else ""))
 
 
 def test_restart_resumes_from_view_files__and_late_edge_bootstraps_same_view(
@@ -183,10 +189,14 @@ def test_reader_edge_on_the_writers_files__same_answers_and_follows_updates(
         r_cfg = dataclasses.replace(_config(pipeline_config, tmp_path / "v"), view_mode="reader")
         reader, r_stop, r_task = await _start(r_cfg)
         assert reader.patch_follower is None  # reads files, not the patch topic
-        assert _answer(reader, p1) == _answer(writer, p1)
+        assert _answer(reader, p1) == _answer(writer, p1), reader_files(reader)
         maint.register(3, p2, hasher)  # the writer applies it; the reader shares its pages
         await _until(lambda: _answer(writer, p2)[1][3] > 0, "the writer to apply the update")
-        await _until(lambda: _answer(reader, p2) == _answer(writer, p2), "the reader to follow")
+        await _until(
+            lambda: _answer(reader, p2) == _answer(writer, p2),
+            "the reader to follow",
+            lambda: (_answer(reader, p2), _answer(writer, p2), reader_files(reader)),
+        )
         for s in (r_stop, w_stop):
             s.set()
         await r_task
