@@ -146,6 +146,26 @@ def drained_span_s(cfg: PipelineConfig, timeout_s: float) -> tuple[float, int]:
     return max(last - first, 1) / 1000.0, records
 
 
+def _warm_up(cfg: PipelineConfig, sync: ViewSync, prod: Any, codec: AvroCodec,
+             region: np.ndarray) -> None:  # fmt: skip
+    """Events on every shard until all are visible: the first batch of each maintenance actor
+    rebuilds its unit (reads two partitions) and must not count as steady-state latency."""
+    keys = np.arange(1, 4 * cfg.n_shards + 1, dtype=np.int64) * 7919
+    ev = {"worker_id": 0, "region_id": int(region[0]), "model": "warm", "sharing_group": None,
+          "op": "STORED", "tier": "VRAM", "token_count": 16, "token_ids": None,
+          "block_hashes": [], "parent_block_hash": None, "block_size_tokens": 16,
+          "registration_lengths": [16 * (j + 1) for j in range(keys.size)],
+          "registration_keys": keys.tolist(), "engine_seq": 0, "timestamp_ms": 0}  # fmt: skip
+    prod.produce(cfg.topics.kv_events, codec.encode("KvEvent", ev), int32_key(0))
+    prod.flush(30)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        sync.poll(50_000, 0.05)
+        if all(sync.view.lookup_value(0, int(k)) & 3 == 1 for k in keys):
+            return
+    raise TimeoutError("warm-up events never became visible")
+
+
 def latency(cfg: PipelineConfig, rate: float, seconds: float, event_keys: int, probe_every: int,
             seed: int) -> dict[str, Any]:  # fmt: skip
     dep = builtin_deployment(DEP_NAME)
@@ -157,6 +177,7 @@ def latency(cfg: PipelineConfig, rate: float, seconds: float, event_keys: int, p
     sync = ViewSync.open(cfg, layout, Levels.from_deployment(dep).matrix, None)
     sync.catch_up(60)
     prod = Producer({"bootstrap.servers": cfg.bootstrap_servers, "linger.ms": 1})
+    _warm_up(cfg, sync, prod, codec, region)
     events: list[tuple[bytes, bytes, int, np.ndarray]] = []
     for i in range(n_events):
         w = int(rng.integers(0, layout.n_workers))
@@ -206,8 +227,8 @@ def latency(cfg: PipelineConfig, rate: float, seconds: float, event_keys: int, p
         "achieved_events_per_s": n_events / max(took, 1e-9),
         "probes": int(arr.size),
         "lost_probes": int(np.isinf(arr).sum()),
-        "visible_p50_ms": float(np.percentile(arr, 50)),
-        "visible_p99_ms": float(np.percentile(arr, 99)),
+        "visible_p50_ms": float(np.percentile(arr, 50, method="nearest")),
+        "visible_p99_ms": float(np.percentile(arr, 99, method="nearest")),
         "visible_max_ms": float(arr.max()),
     }
 
