@@ -29,7 +29,6 @@ from edge.feedback import (
     SSEScanner,
     decode_queue_header,
     reused_from_json,
-    reused_tokens,
 )
 from edge.forwarder import ForwardError
 from edge.http_client import HTTPError, Response
@@ -251,4 +250,4 @@ def _chat_event(event: bytes) -> bytes:
     return b"data: " + json.dumps(shapes.chat_chunk(obj)).encode() + b"\n\n"
 
 
-__all__ = ["error_middleware", "make_completion_handler", "request_id", "reused_tokens"]
+__all__ = ["EDGE", "error_middleware", "make_completion_handler", "request_id"]
