@@ -29,11 +29,16 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=3000.0)
     ap.add_argument("--schemes", default="kvcompass,oracle")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--chunk-tokens", type=int, default=0, help="cache chunk (0: block size)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
     dep = load_deployment(args.deployment)
     levels = Levels.from_deployment(dep)
-    cfg = SimConfig(seed=args.seed, eviction=DEFAULT_EVICTION.get(args.workload, "lru"))
+    cfg = SimConfig(
+        seed=args.seed,
+        eviction=DEFAULT_EVICTION.get(args.workload, "lru"),
+        cache_chunk_tokens=args.chunk_tokens,
+    )
     names = [s for s in args.schemes.split(",") if s]
 
     warm = make_workload(args.workload, 2000, args.rate, dep, args.seed)

@@ -65,6 +65,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--index-delay-ms", type=float, default=0.0, help="extra index update delay")
     p.add_argument("--queue-loss", type=float, default=0.0, help="queue vector loss (0..1)")
     p.add_argument(
+        "--cache-chunk-tokens",
+        type=int,
+        default=0,
+        help="worker cache granularity in tokens (default 0: the workload's block size)",
+    )
+    p.add_argument(
         "--index-batch-ms",
         type=float,
         default=10.0,
@@ -120,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         index_extra_delay_ms=args.index_delay_ms,
         queue_loss=args.queue_loss,
         index_batch_ms=args.index_batch_ms,
+        cache_chunk_tokens=args.cache_chunk_tokens,
         fp_bits=args.fp_bits,
         monotone=not args.no_monotone,
     )
