@@ -81,10 +81,10 @@ def main() -> None:
         f"({out['keys_requests_per_s']:,.0f} req/s)"
     )
     print(f"{'scheme':<28}{'wall s':>10}{'sim req/s':>14}{'P99 TTFT ms':>14}")
-    for r in rows:
+    for row in rows:
         print(
-            f"{r['scheme']:<28}{r['wall_s']:>10.2f}{r['sim_requests_per_s']:>14,.0f}"
-            f"{r['ttft_p99_ms']:>14,.0f}"
+            f"{row['scheme']:<28}{row['wall_s']:>10.2f}{row['sim_requests_per_s']:>14,.0f}"
+            f"{row['ttft_p99_ms']:>14,.0f}"
         )
 
 
