@@ -128,13 +128,16 @@ def drained_span_s(cfg: PipelineConfig, timeout_s: float) -> tuple[float, int]:
                   "enable.auto.commit": False})  # fmt: skip
     c.assign([TopicPartition(cfg.topics.index_patches, s, OFFSET_BEGINNING)
               for s in range(cfg.n_shards)])  # fmt: skip
-    first, last, done, records = None, 0, set(), 0
+    first: int | None = None
+    last, records = 0, 0
+    done: set[int] = set()
     deadline = time.monotonic() + timeout_s
     while len(done) < cfg.n_shards and time.monotonic() < deadline:
         for m in c.consume(20_000, 0.2):
-            if m.error() is not None or m.value() is None:
+            value = m.value()
+            if m.error() is not None or value is None:
                 continue
-            d = decode_value(sid, m.value())
+            d = decode_value(sid, value)
             records += 1
             first = d.timestamp_ms if first is None else min(first, d.timestamp_ms)
             last = max(last, d.timestamp_ms)

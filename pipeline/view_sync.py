@@ -183,6 +183,8 @@ class ViewSync:
             "enable.auto.offset.store": False,
             "fetch.wait.max.ms": 20,
             "fetch.min.bytes": 1,
+            # a stored offset past a recreated or truncated topic: re-read from the start
+            "auto.offset.reset": "earliest",
             **consumer_conf,
         }
         sync = cls(applier, Consumer(conf), config.topics.index_patches, config.n_shards)
