@@ -61,6 +61,7 @@ class PatchApplier:
         self.stats = SyncStats()
         self.next_offset: dict[int, int] = {}
         self._buffer: dict[int, list[tuple[int, PatchRecord]]] = {}
+        self._bad_records = 0
         self.on_apply: Callable[[int], None] | None = None
         """Called with the shard after every applied batch (latency probes)."""
 
@@ -102,7 +103,8 @@ class PatchApplier:
         try:
             rec = self._decode(value)
         except DecodeError:
-            self.stats.undecodable += 1
+            self._bad_records += 1
+            self.stats.undecodable = self._bad_records + self.reassembler.undecodable
             return
         buf = self._buffer.setdefault(partition, [])
         if buf:
@@ -126,7 +128,7 @@ class PatchApplier:
         for _, r in recs:
             out.extend(self.reassembler.feed(r))
         out.extend(self.reassembler.flush())
-        self.stats.undecodable = self.reassembler.undecodable
+        self.stats.undecodable = self._bad_records + self.reassembler.undecodable
         for sp in out:
             decision = self.view.apply(sp)
             if decision is Offer.APPLY:

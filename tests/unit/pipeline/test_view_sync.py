@@ -103,3 +103,18 @@ def test_restart_resumes_from_view_files__stored_offsets(tmp_path: Path) -> None
     _feed(second, log, start=resume)
     second.save()
     _assert_matches(second, units)
+
+
+def test_undecodable_records_are_counted_and_skipped__garbage_between_batches() -> None:
+    units, log = _log(4)
+    app = _applier()
+    offsets: dict[int, int] = {}
+    for i, (s, _, v) in enumerate(log):
+        off = offsets.get(s, 0)
+        offsets[s] = off + 2
+        app.feed(s, off, v)
+        if i % 97 == 0:
+            app.feed(s, off + 1, b"\x00\x00\x00\x00\x03\xff")  # a record between batches
+    app.idle()
+    _assert_matches(app, units)
+    assert app.stats.undecodable == len(range(0, len(log), 97))
