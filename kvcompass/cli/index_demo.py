@@ -177,5 +177,7 @@ class IndexDemo:
         for k, v in report.items():
             if k == "deployment":
                 continue
-            table.add_row(k, f"{v:,.1f}" if isinstance(v, float) else str(v))
+            table.add_row(
+                k, (f"{v:.3f}" if abs(v) < 10 else f"{v:,.1f}") if isinstance(v, float) else str(v)
+            )
         Console().print(table)
