@@ -1,213 +1,20 @@
-"""The six baseline schemes: unit behaviours on a fake context, then one small run each.
-
-The fake context implements the ports of ``sim.schemes.base`` (request table, cluster view,
-network, timers) over hand-built prompts, so each test drives a scheme's channels explicitly:
-cache events, probes, broadcasts and responses arrive exactly when the test says.
-"""
+"""The six baseline schemes: unit behaviours on a fake context (tests/sim/baseline_fakes.py)."""
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 import pytest
-from numpy.typing import NDArray
 
-from kvcompass.deployment import Deployment, Region, builtin_deployment
-from kvcompass.levels import Levels
-from sim.config import SimConfig
-from sim.cost import CostModel
+from kvcompass.deployment import builtin_deployment
 from sim.schemes._holders import HolderHistory, mix64
-from sim.schemes.base import CacheEventBatch, Response, Scheme
+from sim.schemes.base import CacheEventBatch
 from sim.schemes.central_directory import CentralDirectory
 from sim.schemes.chord import Chord
 from sim.schemes.consistent_hash import ConsistentHash
 from sim.schemes.dynamo import Dynamo
 from sim.schemes.planetserve import PlanetServe
 from sim.schemes.skywalker import SkyWalker
-
-CHUNK = 64
-_NO = np.zeros(0, dtype=np.uint64)
-_NO_NODES = np.zeros(0, dtype=np.int64)
-
-
-# -- fakes ------------------------------------------------------------------------------------
-
-
-class FakeRequests:
-    """Prompts given as chunk labels; chunk ids are prefix-unique (a chain of mix64)."""
-
-    def __init__(self, levels: Levels) -> None:
-        self.lengths = np.unique(levels.matrix).astype(np.int64)
-        self._nodes: list[NDArray[np.int64]] = []
-        self._origin: list[int] = []
-        self._arrival: list[float] = []
-        self._output: list[int] = []
-
-    def add(self, labels: list[int], origin: int, arrival_ms: float = 0.0, output: int = 1) -> int:
-        ids, h = [], 17
-        for lab in labels:
-            h = mix64(h, lab + 1) >> 1
-            ids.append(h)
-        self._nodes.append(np.array(ids, dtype=np.int64))
-        self._origin.append(origin)
-        self._arrival.append(arrival_ms)
-        self._output.append(output)
-        return len(self._nodes) - 1
-
-    @property
-    def n(self) -> int:
-        return len(self._nodes)
-
-    @property
-    def origin(self) -> NDArray[np.int64]:
-        return np.array(self._origin, dtype=np.int64)
-
-    @property
-    def arrival_ms(self) -> NDArray[np.float64]:
-        return np.array(self._arrival, dtype=np.float64)
-
-    @property
-    def output_len(self) -> NDArray[np.int64]:
-        return np.array(self._output, dtype=np.int64)
-
-    @property
-    def prompt_len(self) -> NDArray[np.int64]:
-        return np.array([len(x) * CHUNK for x in self._nodes], dtype=np.int64)
-
-    def nodes_of(self, i: int) -> NDArray[np.int64]:
-        return self._nodes[i]
-
-    def keys_of(self, i: int) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
-        nodes = self._nodes[i]
-        lens = self.lengths[self.lengths <= len(nodes) * CHUNK]
-        keys = [mix64(int(nodes[-(-int(n) // CHUNK) - 1]), int(n)) >> 1 for n in lens]
-        return lens, np.array(keys, dtype=np.uint64)
-
-
-class FakeCluster:
-    """Holdings and backlogs set by the test (what a strong directory would read)."""
-
-    def __init__(self, dep: Deployment, requests: FakeRequests) -> None:
-        self.n_workers = dep.n_workers
-        self.worker_region = dep.worker_region
-        self.chunk_tokens = CHUNK
-        self.backlog = np.zeros(dep.n_workers)
-        self.held: list[set[int]] = [set() for _ in range(dep.n_workers)]
-        self.requests = requests
-
-    def backlog_ms(self, now_ms: float) -> NDArray[np.float64]:
-        return self.backlog.copy()
-
-    def match_all(self, req: int) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
-        nodes = self.requests.nodes_of(req).tolist()
-        out = np.zeros(self.n_workers, dtype=np.int64)
-        for w, held in enumerate(self.held):
-            k = 0
-            while k < len(nodes) and nodes[k] in held:
-                k += 1
-            out[w] = k * CHUNK
-        return out, (out > 0).astype(np.uint8)
-
-
-class FakeLoop:
-    def __init__(self) -> None:
-        self.heap: list[tuple[float, int, Callable[[float], None]]] = []
-        self.seq = 0
-        self.now = 0.0
-
-    def push(self, at: float, fn: Callable[[float], None]) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (at, self.seq, fn))
-
-    def run_until(self, t: float) -> None:
-        while self.heap and self.heap[0][0] <= t:
-            at, _, fn = heapq.heappop(self.heap)
-            self.now = at
-            fn(at)
-        self.now = max(self.now, t)
-
-
-class FakeNetwork:
-    """Static latencies (diagonal = in-region hop), no jitter, no loss."""
-
-    def __init__(self, cost: CostModel, loop: FakeLoop) -> None:
-        self.m = cost.wan_one_way_ms
-        self.loop = loop
-        self.sent = 0
-
-    def one_way_ms(self, src_region: int, dst_region: int) -> float:
-        return float(self.m[src_region, dst_region])
-
-    def send(
-        self,
-        channel: str,
-        src_region: int,
-        dst_region: int,
-        now_ms: float,
-        deliver: Callable[[float, Any], None],
-        payload: Any,
-        extra_delay_ms: float = 0.0,
-    ) -> bool:
-        self.sent += 1
-        at = now_ms + self.one_way_ms(src_region, dst_region) + extra_delay_ms
-        self.loop.push(at, lambda t: deliver(t, payload))
-        return True
-
-
-class FakeContext:
-    def __init__(self, dep: Deployment) -> None:
-        self.deployment = dep
-        self.levels = Levels.from_deployment(dep)
-        self.config = SimConfig()
-        self.cost = CostModel.build(dep, self.config)
-        self.requests = FakeRequests(self.levels)
-        self.cluster = FakeCluster(dep, self.requests)
-        self.loop = FakeLoop()
-        self.network = FakeNetwork(self.cost, self.loop)
-        self.rng = np.random.default_rng(7)
-
-    def schedule(self, at_ms: float, fn: Callable[[float], None], priority: int = 5) -> None:
-        self.loop.push(at_ms, fn)
-
-
-def three_regions(wan: float = 100.0, workers: tuple[int, int, int] = (4, 2, 2)) -> Deployment:
-    """Regions a, b, c; a-b and a-c are ``wan`` ms one-way, b-c twice that."""
-    return Deployment(
-        name="test-3",
-        regions=tuple(Region(n, k, 0.1) for n, k in zip("abc", workers, strict=True)),
-        wan_one_way_ms=((0.0, wan, wan), (wan, 0.0, 2 * wan), (wan, 2 * wan, 0.0)),
-        in_region_one_way_ms=0.5,
-    )
-
-
-def store(scheme: Scheme, ctx: FakeContext, worker: int, req: int, at_ms: float) -> None:
-    """Worker ``worker`` caches request ``req``'s whole prompt and publishes it."""
-    nodes = ctx.requests.nodes_of(req)
-    ctx.cluster.held[worker].update(nodes.tolist())
-    batch = CacheEventBatch(worker, at_ms, _NO, 1, _NO, _NO, _NO, nodes, _NO_NODES)
-    scheme.on_cache_events(batch)
-
-
-def respond(scheme: Scheme, ctx: FakeContext, req: int, worker: int, at_ms: float) -> None:
-    region = int(ctx.cluster.worker_region[worker])
-    scheme.on_response(
-        Response(
-            req,
-            int(ctx.requests.origin[req]),
-            worker,
-            0,
-            0,
-            at_ms,
-            at_ms,
-            region,
-            np.zeros(0, dtype=np.int64),
-            np.zeros(0),
-        )
-    )
-
+from tests.sim.baseline_fakes import _NO, _NO_NODES, FakeContext, respond, store, three_regions
 
 # -- HolderHistory ------------------------------------------------------------------------------
 
@@ -412,66 +219,6 @@ def test_planetserve_deepest_holder__and_fallback_when_it_is_slow() -> None:
     assert moved.worker == int(np.argmin(np.where(ps.factor > 0, ps.factor, np.inf)))
 
 
-# -- end to end through the engine ------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def small_run() -> dict[str, Any]:
-    from sim.engine.requests import Requests
-    from sim.experiment import make_workload
-    from sim.runner import run_scheme
-
-    dep = builtin_deployment("paper-testbed-14x3")
-    cfg = SimConfig()
-    levels = Levels.from_deployment(dep)
-    wl = make_workload("mixed", 400, 4.0, dep, 3)
-    requests = Requests(wl, levels, cfg.chunk_tokens_for(wl.block_tokens))
-    names = ["consistent_hash", "chord", "planetserve", "central_directory", "skywalker", "dynamo"]
-    out = {n: run_scheme(n, requests, dep, levels, cfg) for n in names}
-    return {"dep": dep, "requests": requests, "results": out}
-
-
-@pytest.mark.parametrize(
-    "name",
-    ["consistent_hash", "chord", "planetserve", "central_directory", "skywalker", "dynamo"],
-)
-def test_end_to_end__every_request_served_with_finite_ttft(
-    small_run: dict[str, Any], name: str
-) -> None:
-    res = small_run["results"][name]
-    dep = small_run["dep"]
-    assert np.all((res.record.worker >= 0) & (res.record.worker < dep.n_workers))
-    assert np.all(np.isfinite(res.record.ttft_ms)) and np.all(res.record.ttft_ms > 0)
-    assert res.summary["false_hit_rate"] <= 0.05
-
-
-def test_end_to_end__central_directory_ttft_includes_the_lookup(small_run: dict[str, Any]) -> None:
-    res = small_run["results"]["central_directory"]
-    dep: Deployment = small_run["dep"]
-    origin = small_run["requests"].origin
-    d = int(res.scheme_stats["directory_region"])
-    wan = dep.wan_matrix_ms
-    floor = np.array([2 * (wan[o, d] if o != d else dep.in_region_one_way_ms) for o in origin])
-    assert np.all(res.record.ttft_ms >= floor)
-
-
-def test_end_to_end__hash_placement_reuses_most_and_chord_pays_hops(
-    small_run: dict[str, Any],
-) -> None:
-    r = small_run["results"]
-    assert r["chord"].summary["mean_hops"] > 1.0
-    assert r["consistent_hash"].summary["reused_tokens"] >= r["skywalker"].summary["reused_tokens"]
-    assert r["chord"].summary["ttft_mean_ms"] > r["consistent_hash"].summary["ttft_mean_ms"]
-
-
-def test_end_to_end__skywalker_stays_local_at_low_load(small_run: dict[str, Any]) -> None:
-    res = small_run["results"]["skywalker"]
-    dep: Deployment = small_run["dep"]
-    origin = small_run["requests"].origin
-    local = dep.worker_region[res.record.worker] == origin
-    assert local.mean() > 0.9
-
-
 def test_central_directory_in_flight_work__spreads_a_burst_over_idle_workers() -> None:
     ctx = FakeContext(three_regions(wan=100.0))
     burst = [ctx.requests.add([500 + i, 600 + i, 700 + i], origin=0) for i in range(4)]
@@ -530,67 +277,6 @@ def test_skywalker_push__remote_lb_picks_its_longest_prefix_free_replica() -> No
     assert (route.worker, route.claimed_tokens) == (3, 192)
 
 
-# -- HolderHistory kernels vs the readable reference ------------------------------------------
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from sim.schemes._holders import HolderHistory as FastHistory  # noqa: E402
-from sim.schemes._holders import HolderHistoryRef as HolderHistoryTwin  # noqa: E402
-
-_EVENT = st.tuples(
-    st.integers(0, 69),  # worker (two mask words when > 63)
-    st.floats(0.0, 40.0),  # time step
-    st.lists(st.integers(0, 40), max_size=8),  # stored chunk ids
-    st.lists(st.integers(0, 40), max_size=8),  # removed chunk ids
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    events=st.lists(_EVENT, min_size=1, max_size=60),
-    horizon=st.sampled_from([0.0, 30.0, 200.0]),
-    lags=st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3),
-    query=st.lists(st.integers(0, 40), min_size=1, max_size=10),
-)
-def test_holder_history_kernels__match_the_reference(
-    events: list[tuple[int, float, list[int], list[int]]],
-    horizon: float,
-    lags: list[float],
-    query: list[int],
-) -> None:
-    region = np.arange(70, dtype=np.int64) % 3
-    fast = FastHistory(region, horizon, capacity=8, ring=2)  # tiny: rebuilds and ring growth
-    ref = HolderHistoryTwin(region, horizon)
-    t = 0.0
-    for w, dt, stored, removed in events:
-        t += dt
-        batch = CacheEventBatch(
-            w,
-            t,
-            _NO,
-            1,
-            _NO,
-            _NO,
-            _NO,
-            np.array(stored, dtype=np.int64),
-            np.array(removed, dtype=np.int64),
-        )
-        fast.apply(batch)
-        ref.apply(batch)
-    # Cutoffs inside the horizon (older ones are clamped differently by design).
-    cut = [t - lag * horizon for lag in lags] if horizon > 0 else None
-    for node in range(41):
-        assert fast.mask(node, cut) == ref.mask(node, cut)
-    allowed = (1 << 70) - 1
-    out_f = np.zeros(70, dtype=np.int64)
-    out_r = np.zeros(70, dtype=np.int64)
-    got = fast.match(np.array(query, dtype=np.int64), allowed, cut, out_f)
-    want = ref.match(query, allowed, cut, out_r)
-    assert got == want
-    assert out_f.tolist() == out_r.tolist()
-
-
 def test_dynamo_broadcast_period__follows_the_runs_router_config() -> None:
     from kvcompass.router.config import RouterConfig
 
@@ -602,22 +288,3 @@ def test_dynamo_broadcast_period__follows_the_runs_router_config() -> None:
     ctx.loop.run_until(130.0)
     assert dy.period_ms == 40.0
     assert ctx.network.sent == 3 * 6  # broadcasts at 40, 80, 120 ms; 3 regions x 2 peers
-
-
-def test_end_to_end__runs_are_deterministic_under_jitter_and_loss() -> None:
-    from sim.engine.requests import Requests
-    from sim.experiment import make_workload
-    from sim.runner import run_scheme
-
-    dep = builtin_deployment("paper-testbed-14x3")
-    cfg = SimConfig(wan_jitter_frac=0.3, queue_loss=0.2)
-    levels = Levels.from_deployment(dep)
-    wl = make_workload("wildchat", 150, 20.0, dep, 5)
-    requests = Requests(wl, levels, cfg.chunk_tokens_for(wl.block_tokens))
-    for name in ("consistent_hash", "chord", "planetserve", "central_directory", "skywalker"):
-        a = run_scheme(name, requests, dep, levels, cfg)
-        b = run_scheme(name, requests, dep, levels, cfg)
-        assert np.array_equal(a.record.worker, b.record.worker), name
-    a = run_scheme("dynamo", requests, dep, levels, cfg)
-    b = run_scheme("dynamo", requests, dep, levels, cfg)
-    assert np.array_equal(a.record.ttft_ms, b.record.ttft_ms)
