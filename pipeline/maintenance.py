@@ -82,9 +82,7 @@ def epoch_keys(table: int, shard: int, params: LudoParams) -> list[PatchKeyTuple
 
 
 def _start_epoch(table: LudoTable, epoch: int) -> None:
-    # LudoTable has no public way to move its live keys into an epoch of a chosen number;
-    # ``_grow`` does exactly that (2x capacity). Requested core API: ``LudoTable.rebuild(epoch)``.
-    table._grow(epoch)
+    table.rebuild(epoch)
 
 
 class MaintenanceUnit:

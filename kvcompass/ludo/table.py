@@ -195,6 +195,17 @@ class LudoTable:
         st = self._st
         return ViewArrays(seeds=st.seeds, values=st.values, fps=st.fps, locator=st.locator)
 
+    def rebuild(self, epoch: int) -> PatchBatch:
+        """Move every live key into a fresh structure of epoch ``epoch`` (2x capacity) and return
+        its full image. A restarted maintenance unit uses this to publish an epoch above every
+        epoch already on the patch topic."""
+        if epoch <= self._params.epoch:
+            raise InvalidInputError(
+                f"epoch: expected more than the current {self._params.epoch}, got {epoch}"
+            )
+        self._grow(epoch)
+        return self._emit(full=True)
+
     def _grow(self, epoch: int) -> None:
         """Rebuild all live keys into a table of 2x capacity (again 2x until they all fit)."""
         keys, vals = self.items()
