@@ -4,7 +4,7 @@ Owns the ``Tokenizer`` port and the built-in adapter; the Hugging Face adapter l
 ``edge.hf_tokenizer`` (imported only when configured, so ``transformers`` stays optional). Must
 not validate request shapes (``edge.openai_shapes`` does) or know HTTP.
 
-The built-in tokenizer IS the emulated worker's (``workers.emulated.engine.tokenize``: one token
+The built-in tokenizer IS the emulated worker's (``workers.emulated.tokenizer.tokenize``: one token
 per UTF-8 byte), imported rather than copied, so the ids the edge hashes are the ids the worker
 caches. Its chat template is the emulated worker's too: ``<|{role}|>{content}\\n`` per message,
 then ``<|assistant|>`` (``tests/unit/edge/test_tokenizer.py`` checks both against the worker).
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from kvcompass.errors import ConfigError
-from workers.emulated.engine import tokenize
+from workers.emulated.tokenizer import chat_prompt, tokenize
 
 
 class Tokenizer(Protocol):
@@ -35,8 +35,7 @@ class ByteTokenizer:
         return tokenize(text)
 
     def chat(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        parts = [f"<|{m.get('role', 'user')}|>{m['content']}\n" for m in messages]
-        return tokenize("".join(parts) + "<|assistant|>")
+        return tokenize(chat_prompt(messages))
 
 
 def make_tokenizer(spec: str) -> Tokenizer:

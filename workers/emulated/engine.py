@@ -33,14 +33,6 @@ from workers.emulated.publisher import EventPublisher
 from workers.emulated.tiny_llama import F32, TinyLlama
 
 
-def tokenize(text: str) -> list[int]:
-    return list(text.encode("utf-8"))
-
-
-def detokenize(ids: Sequence[int]) -> str:
-    return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", "replace")
-
-
 @dataclass(slots=True)
 class Loads:
     running: int = 0

@@ -24,9 +24,10 @@ from aiohttp import web
 
 from kvcompass.types import Tier
 from workers.emulated.cache import Admission
-from workers.emulated.engine import Engine, detokenize, tokenize
+from workers.emulated.engine import Engine
 from workers.emulated.http_common import ENGINE, INFO, BadRequest, error, token_ids
 from workers.emulated.kv_copy import kv_export, kv_import
+from workers.emulated.tokenizer import chat_prompt, detokenize, tokenize
 
 VERSION = "0.5.23-kvcompass-emulated"
 
@@ -158,12 +159,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
 def _chat_tokens(messages: Any) -> list[int]:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: expected a non-empty list")
-    parts = []
     for m in messages:
         if not isinstance(m, dict) or not isinstance(m.get("content"), str):
             raise BadRequest("messages: expected objects with string 'role' and 'content'")
-        parts.append(f"<|{m.get('role', 'user')}|>{m['content']}\n")
-    return tokenize("".join(parts) + "<|assistant|>")
+    return tokenize(chat_prompt(messages))
 
 
 async def openai(request: web.Request) -> web.StreamResponse:

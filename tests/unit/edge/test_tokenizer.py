@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from edge.tokenizer import ByteTokenizer, make_tokenizer
 from kvcompass.errors import ConfigError
 from workers.emulated import server
-from workers.emulated.engine import tokenize
+from workers.emulated.tokenizer import tokenize
 
 
 @settings(max_examples=100, deadline=None)
