@@ -1,0 +1,136 @@
+locals {
+  regions = sort(distinct(var.regions))
+
+  # DESIGN.md section 7. Keys are topic names; `partitions` and `config` go to the kafka provider
+  # unchanged; `producer` holds client-side settings the topic cannot enforce (documented only).
+  topic_specs = {
+    "kv-events" = {
+      key        = "worker id"
+      partitions = var.workers_per_region
+      config = {
+        "cleanup.policy"      = "delete"
+        "retention.ms"        = tostring(var.retention_ms.event_log)
+        "retention.bytes"     = tostring(var.event_log_retention_bytes)
+        "min.insync.replicas" = tostring(var.min_insync_replicas)
+      }
+      producer = {}
+    }
+    "index-ops" = {
+      key        = "63-bit key (partition = key mod n_shards)"
+      partitions = var.n_shards
+      config = {
+        "cleanup.policy"      = "delete"
+        "retention.ms"        = tostring(var.retention_ms.short)
+        "min.insync.replicas" = tostring(var.min_insync_replicas)
+      }
+      producer = {}
+    }
+    "index-patches" = {
+      key        = "(table, shard, epoch, kind, index)"
+      partitions = var.n_shards
+      # Compacted: the latest image of every bucket/word survives, so a reader starting from
+      # offset 0 rebuilds the whole view, and a replica fed by MM2 converges to the same view.
+      config = {
+        "cleanup.policy"            = "compact"
+        "min.compaction.lag.ms"     = "0"
+        "delete.retention.ms"       = "86400000"
+        "min.cleanable.dirty.ratio" = "0.1"
+        "segment.ms"                = "3600000"
+        "min.insync.replicas"       = tostring(var.min_insync_replicas)
+      }
+      producer = {}
+    }
+    "queue-vectors" = {
+      key        = "region"
+      partitions = length(local.regions)
+      config = {
+        "cleanup.policy"      = "delete"
+        "retention.ms"        = tostring(var.retention_ms.minutes)
+        "compression.type"    = "uncompressed"
+        "min.insync.replicas" = tostring(var.min_insync_replicas)
+      }
+      producer = { "linger.ms" = "0", "compression.type" = "none" }
+    }
+    "migrations" = {
+      key        = "prefix family"
+      partitions = var.few_partitions
+      config = {
+        "cleanup.policy"      = "delete"
+        "retention.ms"        = tostring(var.retention_ms.short)
+        "min.insync.replicas" = tostring(var.min_insync_replicas)
+      }
+      producer = {}
+    }
+    "routing-decisions" = {
+      key        = "request id"
+      partitions = var.few_partitions
+      config = {
+        "cleanup.policy"      = "delete"
+        "retention.ms"        = tostring(var.retention_ms.hours)
+        "min.insync.replicas" = tostring(var.min_insync_replicas)
+      }
+      producer = {}
+    }
+    "dead-letters" = {
+      key        = "original topic"
+      partitions = 1
+      config = {
+        "cleanup.policy"      = "delete"
+        "retention.ms"        = tostring(var.retention_ms.long)
+        "min.insync.replicas" = tostring(var.min_insync_replicas)
+      }
+      producer = {}
+    }
+  }
+
+  # Every region runs the same topic set on its own cluster.
+  topics_by_region = {
+    for region in local.regions : region => {
+      for name, spec in local.topic_specs : name => {
+        name               = name
+        partitions         = spec.partitions
+        replication_factor = var.replication_factor
+        config             = spec.config
+      }
+    }
+  }
+
+  # A full mesh of MM2 flows: every region's replicated topics go to every other region.
+  # MM2's DefaultReplicationPolicy names the copy "<source alias>.<topic>", so flows in opposite
+  # directions never loop and a consumer tells local from remote records by the topic name.
+  replication_flows = flatten([
+    for source in local.regions : [
+      for target in local.regions : {
+        id            = "${source}->${target}"
+        source        = source
+        target        = target
+        topics        = var.replicated_topics
+        remote_topics = [for t in var.replicated_topics : "${source}.${t}"]
+      } if target != source
+    ]
+  ])
+
+  # Self-managed alternative to MSK Connect: one dedicated-mode MM2 config for the whole mesh
+  # (`connect-mirror-maker.sh mm2.properties`). Bootstrap servers are placeholders to fill in.
+  mm2_properties = join("\n", concat(
+    ["clusters = ${join(", ", local.regions)}"],
+    [for r in local.regions : "${r}.bootstrap.servers = <bootstrap-${r}>"],
+    flatten([for f in local.replication_flows : [
+      "${f.source}->${f.target}.enabled = true",
+      "${f.source}->${f.target}.topics = ${join(",", f.topics)}",
+    ]]),
+    [
+      "replication.policy.class = org.apache.kafka.connect.mirror.DefaultReplicationPolicy",
+      "replication.factor = ${var.replication_factor}",
+      "sync.topic.configs.enabled = true",
+      "sync.topic.acls.enabled = false",
+      "emit.checkpoints.enabled = false",
+      "emit.heartbeats.enabled = true",
+      "refresh.topics.interval.seconds = 60",
+      "offset-syncs.topic.replication.factor = ${var.replication_factor}",
+      "heartbeats.topic.replication.factor = ${var.replication_factor}",
+      "checkpoints.topic.replication.factor = ${var.replication_factor}",
+      "",
+    ],
+  ))
+}
