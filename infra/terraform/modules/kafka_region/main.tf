@@ -48,12 +48,13 @@ resource "aws_security_group" "brokers" {
     cidr_blocks = concat([var.vpc_cidr], var.peer_cidrs)
   }
 
+  # MSK Connect workers of this region join this group and pull from the peer regions' brokers.
   egress {
-    description = "Broker replies and inter-broker traffic inside the VPC"
+    description = "Inter-broker traffic in the VPC; MM2 workers to peered regions' brokers"
     from_port   = 0
     to_port     = 65535
     protocol    = "tcp"
-    cidr_blocks = [var.vpc_cidr]
+    cidr_blocks = concat([var.vpc_cidr], var.peer_cidrs)
   }
 }
 
