@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= dev,cli,sim,pipeline,edge,workers,infra
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean venv
+.PHONY: demo test lint typecheck unit bench clean clean-numba venv
 
 venv: $(STAMP)
 
@@ -35,5 +35,9 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/index_ops.py --entries 1000000
 
-clean:
+clean: clean-numba
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# numba's on-disk cache does not notice edits in modules a kernel calls: drop it after such edits
+clean-numba:
+	find kvcompass sim pipeline workers edge -path '*/__pycache__/*.nb[ic]' -delete
