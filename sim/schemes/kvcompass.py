@@ -126,7 +126,7 @@ class KVCompass(Scheme):
         match = self.view.match_keys(o, lengths, keys)
         decision = router.choose(self._prompt[req], match.matched_tokens, match.tiers, now_ms)
         router.on_forward(decision, now_ms)
-        if rc_migration(self.router_config) and keys.size:
+        if self.router_config.migration and keys.size:
             family = int(self._keys[self._key_offsets[req]])
             for m in router.observe(family, match.matched_tokens, decision, now_ms):
                 self.migrations_asked += 1
@@ -219,10 +219,6 @@ class KVCompass(Scheme):
             "migrations_asked": float(self.migrations_asked),
             "index_entries": float(self.index.entries()),
         }
-
-
-def rc_migration(rc: RouterConfig) -> bool:
-    return bool(rc.migration)
 
 
 class NoLoadAware(KVCompass):
