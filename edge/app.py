@@ -3,7 +3,8 @@
 Owns ``EdgeApp`` (everything a handler reaches: config, service, forwarder, tokenizer), the
 factory ``assemble`` that builds it from an ``EdgeConfig`` and a ``Deployment`` (in-memory or
 file-backed view, router of the region, Avro codec, record sink), ``build_app`` (routes), and
-``/health``, ``/metrics``, ``/v1/models``, ``/debug/explain/{id}``, ``/debug/lookup``. Must not
+``/health``, ``/metrics``, ``/v1/models``, ``/debug/explain/{id}``, ``/debug/lookup`` and, with
+``admin = true``, ``/admin/policy`` (switch the routing policy live, for comparisons). Must not
 run anything forever or consume Kafka (``edge.main``, ``edge.sync``).
 
 Why aiohttp: it is already a dependency (workers, pipeline tooling), its server and client
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from edge import openai_shapes as shapes
@@ -27,6 +29,7 @@ from edge.config import EdgeConfig
 from edge.feedback import encode_queue_header
 from edge.forwarder import Forwarder, Route
 from edge.handlers import EDGE, error_middleware, make_completion_handler
+from edge.policies import POLICIES, Policies
 from edge.service import EdgeService, NullSink
 from edge.tokenizer import Tokenizer, make_tokenizer
 from kvcompass.deployment import Deployment
@@ -116,11 +119,15 @@ def assemble(
     discovery = EdgeDiscovery(origin, hasher, view, router)
     registry = registry_from_url(pipe.schema_registry_url)
     codec = AvroCodec(registry)
+    wr_arr = np.asarray(deployment.worker_region, dtype=np.int64)
+    beta = np.asarray(deployment.prefill_ms_per_token, dtype=np.float64)[wr_arr]
+    policies = Policies(discovery, levels, wr_arr, beta)
     service = EdgeService(
         deployment, discovery, model=config.model, codec=codec,
         sink=sink if sink is not None else NullSink(), topics=pipe.topics,
         decision_sample_rate=config.decision_sample_rate,
         explain_capacity=config.explain_capacity, seed=config.seed,
+        policies=policies, policy=config.policy,
     )  # fmt: skip
     wr = deployment.worker_region
     wan = deployment.wan_matrix_ms
@@ -166,8 +173,23 @@ def build_app(edge: EdgeApp) -> web.Application:
     app.router.add_get("/debug/explain/{request_id}", explain)
     app.router.add_get("/debug/lookup", lookup)
     app.router.add_post("/debug/lookup", lookup)
+    if edge.config.admin:
+        app.router.add_get("/admin/policy", policy)
+        app.router.add_post("/admin/policy", policy)
     app.on_cleanup.append(_close_forwarder)
     return app
+
+
+async def policy(request: web.Request) -> web.Response:
+    """GET: the active routing policy; POST ``{"policy": name}``: switch to it (admin only)."""
+    e = request.app[EDGE]
+    if request.method == "POST":
+        body = shapes.parse_json(await request.read())
+        name = body.get("policy")
+        if name not in POLICIES:
+            raise shapes.ApiError(400, f"policy: expected one of {list(POLICIES)}, got {name!r}")
+        e.service.set_policy(name)
+    return web.json_response({"policy": e.service.policy, "policies": list(POLICIES)})
 
 
 async def _close_forwarder(app: web.Application) -> None:

@@ -11,6 +11,8 @@ TOML form (every key but ``region`` optional; ``[workers]`` maps global worker i
     deployment = "paper-testbed-14x3"  # built-in name or path to a deployment TOML
     port = 8080
     wan_delay_scale = 0.01             # tests: sleep one-way WAN × scale on each cross-region hop
+    policy = "kvcompass"               # or a baseline: local_cache_aware, consistent_hash, ...
+    admin = false                      # true: POST /admin/policy switches the policy live
     [workers]
     0 = "http://127.0.0.1:30000"
     8 = "http://127.0.0.1:30008"
@@ -30,6 +32,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from typing import Any
 
+from edge.policies import POLICIES
 from kvcompass.errors import ConfigError
 from pipeline.config import PipelineConfig
 
@@ -84,6 +87,10 @@ class EdgeConfig:
     offsets_flush_period_ms: float = 1000.0
     seed: int = 0
     """Seed of the decision sampler."""
+    policy: str = "kvcompass"
+    """Routing policy (``edge.policies.POLICIES``): ``kvcompass`` or a baseline for comparisons."""
+    admin: bool = False
+    """True: serve ``POST /admin/policy`` (switch the policy at run time; experiments only)."""
     pipeline: PipelineConfig | None = None
     """Kafka settings; None runs without Kafka (in-memory view, records dropped)."""
 
@@ -115,6 +122,10 @@ class EdgeConfig:
         if not (self.tokenizer == "builtin" or self.tokenizer.startswith("hf:")):
             raise ConfigError(f"edge.tokenizer: expected 'builtin' or 'hf:<path>', got "
                               f"{self.tokenizer!r}")  # fmt: skip
+        if self.policy not in POLICIES:
+            raise ConfigError(f"edge.policy: expected one of {list(POLICIES)}, got {self.policy!r}")
+        if not isinstance(self.admin, bool):
+            raise ConfigError(f"edge.admin: expected true or false, got {self.admin!r}")
         if self.view_mode not in ("writer", "reader"):
             raise ConfigError(
                 f"edge.view_mode: expected 'writer' or 'reader', got {self.view_mode!r}"

@@ -31,6 +31,9 @@ import numpy as np
 
 QUEUE_HEADER = "X-KVC-Queue-Vector"
 RELAY_HEADER = "X-KVC-Forward-To"
+WORKER_HEADER = "X-KVC-Worker"
+"""Response header naming the global id of the worker that served the request (for clients
+that account cross-region reuse, e.g. the end-to-end demo)."""
 """Set by an edge relaying a request to a peer edge: the global id of the worker to serve it."""
 MAX_VECTOR_WORKERS = 4096
 

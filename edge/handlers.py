@@ -26,6 +26,7 @@ from edge import openai_shapes as shapes
 from edge.feedback import (
     QUEUE_HEADER,
     RELAY_HEADER,
+    WORKER_HEADER,
     SSEScanner,
     decode_queue_header,
     reused_from_json,
@@ -168,7 +169,7 @@ async def _proxy(
                               code="upstream_unavailable")  # fmt: skip
     if ex is not None:
         st.service.on_forward(rid, ex, worker, parsed.tokens)
-    out_headers = {"X-Request-Id": rid}
+    out_headers = {"X-Request-Id": rid, WORKER_HEADER: str(worker)}
     if ex is None:  # relayed: piggyback this region's live queue vector
         out_headers[QUEUE_HEADER] = st.local_queue_header()
     try:
@@ -187,6 +188,8 @@ async def _proxy(
                               "upstream_error") from None  # fmt: skip
     finally:
         resp.release()
+        if ex is not None:
+            st.service.on_done(ex)
     metrics.inc("requests_total", endpoint=kind, status=out.status)
     if ex is not None:
         st.service.on_response(ex, worker, reused, qv)

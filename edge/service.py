@@ -20,8 +20,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edge.metrics import Metrics
+from edge.policies import POLICIES, Policies
 from kvcompass.deployment import Deployment
 from kvcompass.discovery import EdgeDiscovery, Lookup
+from kvcompass.errors import ConfigError
 from kvcompass.router import Decision, MigrationRequest, QueueVector
 from kvcompass.router import score as sc
 from kvcompass.types import Tier
@@ -52,6 +54,11 @@ class Explained:
     served_by: int = -1
     reused_tokens: int | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    policy: str = "kvcompass"
+    order: list[int] = field(default_factory=list)
+    """The active policy's candidates, preferred first (``edge.policies``)."""
+    claimed: int = 0
+    """Tokens the policy counts on at ``order[0]``."""
 
 
 _TIER_NAMES = tuple(t.name for t in sorted(Tier))
@@ -77,6 +84,8 @@ class EdgeService:
         explain_capacity: int = 4096,
         seed: int = 0,
         clock_ms: Callable[[], float] = _monotonic_ms,
+        policies: Policies | None = None,
+        policy: str = "kvcompass",
     ) -> None:
         self.deployment = deployment
         self.discovery = discovery
@@ -95,14 +104,30 @@ class EdgeService:
         self.recent: OrderedDict[str, Explained] = OrderedDict()
         self._rng = np.random.default_rng(seed)
         self.view_applied_ms = -float("inf")
+        self.policies = policies
+        self.policy = "kvcompass"
+        self.set_policy(policy)
         """Monotonic ms of the last patch applied to the view (set by ``edge.sync``)."""
+
+    def set_policy(self, policy: str) -> None:
+        """Switch the routing policy (``edge.policies.POLICIES``); baselines need ``policies``."""
+        if policy not in POLICIES:
+            raise ConfigError(f"edge.policy: expected one of {list(POLICIES)}, got {policy!r}")
+        if policy != "kvcompass" and self.policies is None:
+            raise ConfigError(f"edge.policy {policy!r} needs the baselines' state (Policies)")
+        self.policy = policy
 
     # -- per request ------------------------------------------------------------------------
     def decide(self, request_id: str, tokens: NDArray[np.int32]) -> Explained:
         """Look up and score; remember the decision for /debug/explain."""
         arr = np.asarray(tokens, dtype=np.int32)
         decision, lookup = self.discovery.decide(arr, self.clock_ms())
-        ex = Explained(decision, lookup)
+        if self.policy == "kvcompass" or self.policies is None:
+            order = [decision.worker, *decision.top_workers.tolist()]
+            claimed = decision.claimed_tokens
+        else:
+            order, claimed = self.policies.order(self.policy, arr, lookup, decision)
+        ex = Explained(decision, lookup, policy=self.policy, order=order, claimed=claimed)
         self.recent[request_id] = ex
         if len(self.recent) > self.explain_capacity:
             self.recent.popitem(last=False)
@@ -112,17 +137,18 @@ class EdgeService:
         return ex
 
     def candidates(self, ex: Explained, reachable: Callable[[int], bool]) -> list[int]:
-        """The winner, then the next-best explained candidates that can be reached."""
-        order = [ex.decision.worker, *ex.decision.top_workers.tolist()]
+        """The policy's choice, then its next candidates, that can be reached."""
         seen: list[int] = []
-        for w in order:
+        for w in ex.order:
             if w not in seen and reachable(w):
                 seen.append(w)
         return seen
 
     def claimed_at(self, ex: Explained, worker: int) -> int:
-        """The match the edge counts on at ``worker`` (the decision's own for the winner)."""
+        """The match the edge counts on at ``worker`` (the policy's own for its choice)."""
         d = ex.decision
+        if ex.order and worker == ex.order[0]:
+            return ex.claimed
         if worker == d.worker:
             return d.claimed_tokens
         rows = d.top_terms[:, sc.TERM_WORKER].astype(np.int64)
@@ -135,21 +161,33 @@ class EdgeService:
         """The request is on its way to ``worker``: herding guard, hot prefixes, records."""
         now = self.clock_ms()
         d = ex.decision
-        if worker != d.worker:
-            d = d._replace(worker=worker, claimed_tokens=self.claimed_at(ex, worker))
+        claimed = self.claimed_at(ex, worker)
+        if ex.policy != "kvcompass" and self.policies is not None:
+            service = self.policies.predicted_ms(worker, d.prompt_tokens, claimed)
+            d = d._replace(worker=worker, claimed_tokens=claimed, predicted_service_ms=service)
+        elif worker != d.worker:
+            d = d._replace(worker=worker, claimed_tokens=claimed)
         ex.served_by = worker
         self.router.on_forward(d, now)
+        if self.policies is not None:
+            self.policies.begin(worker)
         self.metrics.inc(
             "chosen_total", region=self.deployment.regions[self.worker_region[worker]].name,
             worker=worker,
         )  # fmt: skip
-        for mig in self.router.observe(
-            ex.lookup.family_key, ex.lookup.match.matched_tokens, d, now
-        ):
-            self._publish_migration(mig, tokens)
+        if ex.policy == "kvcompass":  # baselines never ask for replicas
+            for mig in self.router.observe(
+                ex.lookup.family_key, ex.lookup.match.matched_tokens, d, now
+            ):
+                self._publish_migration(mig, tokens)
         rate = self.sample_rate
         if rate >= 1.0 or (rate > 0.0 and self._rng.random() < rate):
             self._publish_decision(request_id, ex, worker)
+
+    def on_done(self, ex: Explained) -> None:
+        """The forward to ``ex.served_by`` finished (answered, streamed or failed)."""
+        if self.policies is not None and ex.served_by >= 0:
+            self.policies.end(ex.served_by)
 
     def on_response(
         self,
@@ -189,7 +227,10 @@ class EdgeService:
             "request_id": request_id,
             "edge_region": self.deployment.regions[self.origin].name,
             "prompt_tokens": d.prompt_tokens,
+            "policy": ex.policy,
             "winner": d.worker,
+            "policy_order": ex.order,
+            "policy_claimed_tokens": ex.claimed,
             "served_by": ex.served_by,
             "claimed_tokens": d.claimed_tokens,
             "reused_tokens": ex.reused_tokens,

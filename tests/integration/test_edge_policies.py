@@ -1,0 +1,158 @@
+"""The edge's routing policies (edge.policies) against emulated workers in three regions.
+
+Each baseline behaves as its description says: the local cache-aware router follows the longest
+local match and never leaves the region; consistent hashing sends a prefix family to its ring
+owner (wherever it is) and reads presence at the owner; least-loaded ignores the cache; the
+policy can be switched live through ``/admin/policy`` and refuses unknown names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge.policies import POLICIES, _mix
+
+_spec = importlib.util.spec_from_file_location(
+    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
+)
+assert _spec is not None and _spec.loader is not None
+ec = importlib.util.module_from_spec(_spec)
+sys.modules["edge_cluster"] = ec
+_spec.loader.exec_module(ec)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def _served_by(client: Any, tokens: list[int], rid: str) -> int:
+    body = {"input_ids": tokens, "sampling_params": {"max_new_tokens": 1}}
+    r = await client.post("/generate", json=body, headers={"X-Request-Id": rid})
+    assert r.status == 200, await r.text()
+    await r.read()
+    return int(r.headers["X-KVC-Worker"])
+
+
+async def _set(client: Any, policy: str) -> None:
+    r = await client.post("/admin/policy", json={"policy": policy})
+    assert r.status == 200, await r.text()
+    assert (await r.json())["policy"] == policy
+
+
+def test_local_cache_aware__follows_local_match_and_stays_in_region() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us", policy="local_cache_aware")
+            tokens = ec.prompt(8000, seed=11)
+            await ec.prime(c.workers[1], tokens)
+            c.register(1, tokens)
+            c.register(2, tokens)  # a remote holder too: never used by this policy
+            assert await _served_by(client, tokens, "ca-1") == 1
+            # Below the cache threshold (half the prompt): least loaded, still local.
+            other = ec.prompt(8000, seed=12)
+            assert await _served_by(client, other, "ca-2") in (0, 1)
+
+    asyncio.run(scenario())
+
+
+def test_local_cache_aware__imbalance_goes_to_least_in_flight() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us", policy="local_cache_aware")
+            tokens = ec.prompt(4000, seed=13)
+            c.register(1, tokens)
+            pol = app.service.policies
+            assert pol is not None
+            pol.in_flight[1] = 40  # worker 1 has 40 requests in flight, worker 0 none
+            assert await _served_by(client, tokens, "ca-3") == 0
+            pol.in_flight[1] = 20  # within balance_abs (32): the holder again
+            assert await _served_by(client, tokens, "ca-4") == 1
+
+    asyncio.run(scenario())
+
+
+def test_consistent_hash__family_goes_to_ring_owner_anywhere() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us", policy="consistent_hash")
+            pol = app.service.policies
+            assert pol is not None
+            seen: set[int] = set()
+            for seed in range(40):
+                tokens = ec.prompt(300, seed=100 + seed)
+                got = await _served_by(client, tokens, f"ch-{seed}")
+                # Nothing held: the owner of the first level (128 tokens) on ring 0.
+                order, claimed = pol.order(
+                    "consistent_hash", np.asarray(tokens, np.int32), *_lookup(app, tokens)
+                )
+                assert got == order[0] and claimed == 0
+                seen.add(int(app.service.worker_region[got]))
+            assert seen == {0, 1, 2}  # rings span every region
+
+    asyncio.run(scenario())
+
+
+def test_consistent_hash__uses_the_longest_level_its_owner_holds() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us", policy="consistent_hash")
+            pol = app.service.policies
+            assert pol is not None
+            tokens = ec.prompt(600, seed=7)
+            arr = np.asarray(tokens, np.int32)
+            keys = app.service.discovery.hasher.keys_at(arr, pol.ladder[:3])
+            owners = []
+            for j in range(3):
+                pos, own = pol.rings[j]
+                i = int(np.searchsorted(pos, _mix(keys[j : j + 1], pol.RING_SEED + j + 1)[0]))
+                owners.append(int(own[i % pos.shape[0]]))
+            c.register(owners[1], tokens, upto=256)  # level-1 owner holds 256 tokens
+            got = await _served_by(client, tokens, "ch-hold")
+            ex = app.service.explain("ch-hold")
+            assert ex is not None
+            assert got == owners[1] and ex["policy_claimed_tokens"] == 256
+            assert ex["policy"] == "consistent_hash"
+
+    asyncio.run(scenario())
+
+
+def test_least_loaded__ignores_the_cache() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us", policy="least_loaded")
+            tokens = ec.prompt(4000, seed=21)
+            c.register(1, tokens)
+            app.service.router.set_local_queues([0.0, 50.0], 0.0)  # holder 1 is busier
+            assert await _served_by(client, tokens, "ll-1") == 0
+
+    asyncio.run(scenario())
+
+
+def test_admin_policy_switch__live_and_validated() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us", admin=True)
+            r = await client.get("/admin/policy")
+            body = await r.json()
+            assert body["policy"] == "kvcompass" and body["policies"] == list(POLICIES)
+            await _set(client, "least_loaded")
+            assert app.service.policy == "least_loaded"
+            r = await client.post("/admin/policy", json={"policy": "nope"})
+            assert r.status == 400 and "expected one of" in await r.text()
+            assert app.service.policy == "least_loaded"
+            _, plain = await c.add_edge("eu")  # admin off: the route does not exist
+            r = await plain.post("/admin/policy", json={"policy": "least_loaded"})
+            assert r.status in (404, 405)
+
+    asyncio.run(scenario())
+
+
+def _lookup(app: Any, tokens: list[int]) -> tuple[Any, Any]:
+    arr = np.asarray(tokens, np.int32)
+    d, lk = app.service.discovery.decide(arr, 0.0)
+    return lk, d
