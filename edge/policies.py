@@ -9,13 +9,15 @@ less (a win over a strawman is worth nothing):
 ``kvcompass``
     The joint score over every worker of every region (``kvcompass.router``), with migrations.
 ``local_cache_aware``
-    A per-region cache-aware router as SGLang's router (sgl-router, policy ``cache_aware``)
-    describes it: if the region's load is imbalanced — max − min in-flight requests above
-    ``balance_abs`` (32) *and* max above ``balance_rel`` (1.0001) × min — go to the worker with
-    the fewest in-flight requests; otherwise go to the worker with the longest prefix match if
-    the match covers more than ``cache_threshold`` (0.5) of the prompt, else to the least loaded
-    one (sgl-router picks the smallest radix tree there; with our exact index the least loaded
-    worker is the closer analogue of "spread new prefixes"). Defaults are sgl-router's. Its
+    A per-region cache-aware router as SGLang's gateway (sgl-router, policy ``cache_aware``, its
+    default) describes it: if the region's load is imbalanced — max − min in-flight requests
+    above ``balance_abs`` (64) *and* max above ``balance_rel`` (1.5) × min — go to the worker
+    with the fewest in-flight requests; otherwise go to the worker with the longest prefix match
+    if the match covers more than ``cache_threshold`` (0.3) of the prompt, else to the least
+    loaded one (the gateway picks the replica with the smallest radix-tree record there; with our
+    exact index the least loaded worker is the closer analogue of "spread new prefixes").
+    Defaults are the gateway's (``--cache-threshold``, ``--balance-abs-threshold``,
+    ``--balance-rel-threshold``). Its
     prefix knowledge is *better* than sgl-router's approximate tree: the edge's exact index,
     restricted to the region's workers. It never leaves the region.
 ``consistent_hash``
@@ -58,11 +60,11 @@ def _mix(x: NDArray[np.uint64], seed: int) -> NDArray[np.uint64]:
 
 @dataclass(frozen=True, slots=True)
 class CacheAwareParams:
-    """sgl-router's ``cache_aware`` defaults (``--cache-threshold`` etc.)."""
+    """SGLang gateway's ``cache_aware`` defaults (``--cache-threshold`` etc.)."""
 
-    cache_threshold: float = 0.5
-    balance_abs: int = 32
-    balance_rel: float = 1.0001
+    cache_threshold: float = 0.3
+    balance_abs: int = 64
+    balance_rel: float = 1.5
 
 
 class Policies:
