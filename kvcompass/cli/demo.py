@@ -1,9 +1,11 @@
-"""`kvcompass demo`: the project's main job as a newcomer meets it.
+"""`kvcompass demo` (the three-region end-to-end comparison) and `kvcompass index-demo`.
 
-Today (foundation stage) it replays the Mooncake trace through the discovery index end to end —
-prefix keys → registration at latency-derived lengths → Ludo patches → a keyless view — and
-prints lookups, memory and timing, checking that the view answers exactly what the maintenance
-side knows. Later stages grow it into the full multi-region system.
+``demo`` is the project's main job as a user first meets it (``make demo``): it starts a local
+Kafka broker, the Faust maintenance units, 14 emulated SGLang workers with their sidecars and
+three edges (US, EU, Asia, the paper's testbed), replays a Mixed workload and the Mooncake trace
+at a few rates under every routing policy the edge supports, and prints the comparison
+(``e2e.demo``). ``index-demo`` is the offline one: the Mooncake trace through keys → index →
+patches → view in one process, checking the view against the maintenance truth.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ DEFAULT_TRACE = (
 
 
 def register(subparsers: Any) -> None:
+    _register_e2e(subparsers)
     p = subparsers.add_parser(
-        "demo",
+        "index-demo",
         help="replay the Mooncake trace through keys -> index -> patches -> view and print figures",
     )
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="Mooncake-format JSONL trace")
@@ -48,3 +51,89 @@ def run(args: argparse.Namespace) -> int:
 
         args.json.write_text(json.dumps(report, indent=2))
     return 0 if report["view_mismatches"] == 0 else 1
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive rates, got {text!r}")
+    return values
+
+
+def _register_e2e(subparsers: Any) -> None:
+    from edge.policies import POLICIES
+
+    p = subparsers.add_parser(
+        "demo",
+        help="three-region deployment on this machine: compare routing policies on real requests",
+    )
+    p.add_argument("--out", type=Path, default=Path("demo-out"), help="results, plots, logs")
+    p.add_argument("--deployment", default="paper-testbed-14x3", help="built-in name or TOML")
+    p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies")
+    p.add_argument("--rates", type=_floats, default=(10.0, 30.0), help="Mixed rates, req/s")
+    p.add_argument("--trace-rates", type=_floats, default=(3.0,), help="Mooncake rates, req/s")
+    p.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="Mooncake JSONL trace")
+    p.add_argument("--no-trace", action="store_true", help="skip the Mooncake runs")
+    p.add_argument("--duration-s", type=float, default=30.0, help="model seconds per run")
+    p.add_argument("--time-scale", type=float, default=0.5, help="wall seconds per model second")
+    p.add_argument("--max-output-tokens", type=int, default=128)
+    p.add_argument("--n-shards", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=run_e2e)
+
+
+def run_e2e(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from e2e import report
+    from e2e.cluster import ClusterSpec, LocalCluster
+    from e2e.demo import DemoPlan, run_demo
+    from edge.policies import POLICIES
+
+    console = Console()
+    policies = tuple(x.strip() for x in args.policies.split(",") if x.strip())
+    unknown = [x for x in policies if x not in POLICIES]
+    if unknown or not policies:
+        console.print(f"error: --policies: expected names from {list(POLICIES)}, got {unknown}")
+        return 2
+    trace = None if args.no_trace else args.trace
+    if trace is not None and not trace.exists():
+        console.print(f"[yellow]trace not found: {trace}; skipping the Mooncake runs[/]")
+        trace = None
+    out: Path = args.out
+    plan = DemoPlan(
+        deployment=args.deployment, policies=policies, mixed_rates=args.rates,
+        trace_rates=args.trace_rates, trace=trace, duration_s=args.duration_s,
+        time_scale=args.time_scale, max_output_tokens=args.max_output_tokens, seed=args.seed,
+        out_dir=out,
+    )  # fmt: skip
+    spec = ClusterSpec(deployment=args.deployment, time_scale=args.time_scale,
+                       n_shards=args.n_shards)  # fmt: skip
+    note = (
+        f"time scale {args.time_scale:g}: emulated workers and the edges' WAN delay run at "
+        f"{args.time_scale:g} wall s per model s; every latency and rate is in model time"
+    )
+    console.rule("KVCompass end-to-end demo")
+    console.print(note)
+    started = time.perf_counter()
+    rows, checks = run_demo(
+        plan, lambda: LocalCluster(spec, out / "run", on_status=console.print), console
+    )
+    title = f"{args.deployment}: every policy on the same requests ({note})"
+    report.print_table(console, rows, title)
+    meta = {"deployment": args.deployment, "time_scale": args.time_scale,
+            "duration_s": args.duration_s, "max_output_tokens": args.max_output_tokens,
+            "seed": args.seed, "checks": checks,
+            "wall_s": round(time.perf_counter() - started, 1)}  # fmt: skip
+    report.write_json(out / "demo.json", meta, rows)
+    plots = report.plot(rows, out, note=note)
+    console.print(f"checks: {checks}")
+    console.print(f"wrote {out / 'demo.json'} and {', '.join(str(p) for p in plots)} "
+                  f"in {meta['wall_s']} s")  # fmt: skip
+    failed = any(r.get("completed", 0) == 0 for r in rows)
+    return 1 if failed else 0
