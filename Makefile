@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,cli,sim,pipeline,edge,workers,infra
+EXTRAS ?= dev,cli,sim,pipeline,edge,workers,infra,torch
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench clean clean-numba venv

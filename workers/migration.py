@@ -8,7 +8,7 @@ prompt is shipped and recomputed). Must not: write kv-events itself.
 
 ``INTRA_REGION_COPY`` with a known source URL (``peers``) first tries a page copy: ``POST
 {source}/kv/export`` then ``POST {target}/kv/import`` (the emulated worker's tiny-llama mode
-implements both; their wire format is in ``workers/emulated/server.py``); the target publishes
+implements both; their wire format is in ``workers/emulated/kv_copy.py``); the target publishes
 ``BlockStored(CPU_PINNED)`` for the copied pages. If the copy fails or covers less than the
 page-aligned prefix, the executor recomputes (a prefill that reuses whatever was copied).
 

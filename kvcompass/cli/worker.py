@@ -140,10 +140,13 @@ def _cmd_sidecar(args: argparse.Namespace) -> int:
 
 def _cmd_emulate(args: argparse.Namespace) -> int:
     from workers.emulated.costs import EmulatedCosts
-    from workers.emulated.tiny_llama import TinyLlamaConfig
     from workers.emulated.worker import EmulatedConfig, EmulatedWorker
 
-    tiny = TinyLlamaConfig(seed=args.seed) if args.model == "tiny-llama" else None
+    tiny = None
+    if args.model == "tiny-llama":  # torch only here (the `torch` extra)
+        from workers.emulated.tiny_llama import TinyLlamaConfig
+
+        tiny = TinyLlamaConfig(seed=args.seed)
     cfg = EmulatedConfig(
         tiny_llama=tiny,
         model=args.model,
@@ -220,7 +223,7 @@ def register(subparsers: Any) -> None:
     e.add_argument(
         "--model",
         default="meta-llama/Llama-3.1-8B-Instruct",
-        help="model id; 'tiny-llama' computes real KV tensors with a random-weight numpy model",
+        help="model id; 'tiny-llama' computes real KV tensors (random-weight torch model, CPU)",
     )
     e.add_argument("--seed", type=int, default=0, help="tiny-llama weights seed")
     e.add_argument("--host", default="127.0.0.1")

@@ -50,7 +50,7 @@ class Node:
     uses: int = 0
     children: dict[tuple[int, ...], Node] = field(default_factory=dict)
     kv: Any = None
-    """The page's KV tensors in tiny-llama mode (``tiny_llama`` layout), else None."""
+    """The page's KV in tiny-llama mode (a torch tensor, ``tiny_llama`` layout), else None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +193,8 @@ class PrefixCache:
         return Stored(tuple(n.block_hash for n in nodes), parent, toks, self.page_size, medium)
 
     def _set_tier(self, node: Node, tier: Tier) -> None:
-        if node.kv is not None:  # a device <-> host transfer is a copy
-            node.kv = node.kv.copy()
+        if node.kv is not None:  # a device <-> host transfer is a copy (torch tensor: clone)
+            node.kv = node.kv.clone()
         self._tier_nodes[node.tier].pop(id(node), None)
         node.tier = tier
         self._tier_nodes[tier][id(node)] = node

@@ -6,10 +6,11 @@ tokenizer. Publishes the cache's events when a prefill starts: the cache has cha
 inserts at the end of the forward pass; the few milliseconds do not matter to the index).
 Must not: know HTTP (``server``) or the wire format (``publisher``).
 
-Tiny-llama mode (``model`` given): prefill runs the numpy model on the tokens the cache does
-not hold, reusing the cached pages' KV tensors; the measured compute time replaces the cost
+Tiny-llama mode (``model`` given): prefill runs the torch model (CPU) on the tokens the cache
+does not hold, reusing the cached pages' KV tensors; the measured compute time replaces the cost
 model's, and decode is greedy from real logits. ``export_kv``/``import_kv`` copy pages between
-workers (intra-region migration) without recomputing.
+workers (intra-region migration) without recomputing. KV tensor operations go through the model
+(``tiny_llama``), so this module does not import torch and cost-model mode never loads it.
 
 Tokenizer: one token per UTF-8 byte (ids 0..255), so text round-trips and no vocabulary file is
 needed; generated ids are deterministic lowercase letters seeded by the prompt.
@@ -23,14 +24,17 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from kvcompass.types import Tier
 from workers.emulated.cache import Admission, PrefixCache
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.publisher import EventPublisher
-from workers.emulated.tiny_llama import F32, TinyLlama
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from workers.emulated.tiny_llama import TinyLlama
 
 
 @dataclass(slots=True)
@@ -57,20 +61,21 @@ class Engine:
         self.model = model
         self.loads = Loads()
         self._gpu = asyncio.Lock()
-        self._kv: dict[int, F32] = {}  # tiny-llama: prompt KV of running requests, by id(adm)
+        self._kv: dict[int, Tensor] = {}  # tiny-llama: prompt KV of running requests, by id(adm)
 
     def _compute(self, tokens: Sequence[int], adm: Admission) -> tuple[Admission, float]:
         """Tiny-llama prefill of what the cache does not hold; fills the fresh pages' KV.
         Returns the admission with logits, and the measured compute time in ms."""
-        assert self.model is not None
+        m = self.model
+        assert m is not None
         p = self.cache.page_size
         started = time.perf_counter()
-        past = np.concatenate([n.kv for n in adm.reused], axis=2) if adm.reused else None
+        past = m.concat([n.kv for n in adm.reused]) if adm.reused else None
         cached = len(adm.reused) * p
-        logits, new_kv = self.model.forward(np.asarray(tokens[cached:], np.int64), past)
-        for j, node in enumerate(adm.fresh):
-            node.kv = new_kv[:, :, j * p : (j + 1) * p].copy()
-        full = new_kv if past is None else np.concatenate([past, new_kv], axis=2)
+        logits, new_kv = m.forward(tokens[cached:], past)
+        for node, kv in zip(adm.fresh, m.pages(new_kv, p, len(adm.fresh)), strict=True):
+            node.kv = kv
+        full = new_kv if past is None else m.concat([past, new_kv])
         ms = (time.perf_counter() - started) * 1000
         out = dataclasses.replace(adm, logits=logits[-1])
         self._kv[id(out)] = full
@@ -117,13 +122,14 @@ class Engine:
     ) -> AsyncIterator[int]:
         """Generated ids, one per decode step (greedy from the tiny model when there is one)."""
         kv = self._kv.pop(id(adm), None) if adm is not None else None
-        if self.model is not None and kv is not None and adm is not None:
+        m = self.model
+        if m is not None and kv is not None and adm is not None:
             logits = adm.logits
             for _ in range(max_new_tokens):
-                tok = int(np.argmax(logits))
+                tok = m.greedy(logits)
                 yield tok
-                out, step = self.model.forward(np.array([tok], np.int64), kv)
-                kv, logits = np.concatenate([kv, step], axis=2), out[-1]
+                out, step = m.forward([tok], kv)
+                kv, logits = m.concat([kv, step]), out[-1]
                 await asyncio.sleep(0)
             return
         seed = zlib.crc32(bytes(t & 0xFF for t in tokens[-64:]))
@@ -131,21 +137,22 @@ class Engine:
             await asyncio.sleep(self.costs.sleep_s(self.costs.decode_ms_per_token))
             yield 97 + (seed + 7 * i) % 26
 
-    def export_kv(self, tokens: Sequence[int]) -> tuple[list[int], F32 | None]:
+    def export_kv(self, tokens: Sequence[int]) -> tuple[list[int], Tensor | None]:
         """Tokens and KV of the longest cached prefix of ``tokens`` (tiny-llama mode)."""
+        assert self.model is not None
         nodes = self.cache.export(tokens)
         if not nodes:
             return [], None
-        return list(tokens[: len(nodes) * self.cache.page_size]), np.concatenate(
-            [n.kv for n in nodes], axis=2
-        )
+        held = list(tokens[: len(nodes) * self.cache.page_size])
+        return held, self.model.concat([n.kv for n in nodes])
 
-    async def import_kv(self, tokens: Sequence[int], kv: F32) -> int:
+    async def import_kv(self, tokens: Sequence[int], kv: Tensor) -> int:
         """Insert copied pages (host tier if there is one); publish their store. Pages held."""
+        assert self.model is not None
         p = self.cache.page_size
         n = min(len(tokens) // p, kv.shape[2] // p)
         tier = Tier.DRAM if self.cache.dram_pages > 0 else Tier.VRAM
-        kvs = [kv[:, :, i * p : (i + 1) * p].copy() for i in range(n)]
+        kvs = self.model.pages(kv, p, n)
         async with self._gpu:
             events = self.cache.import_pages(tokens[: n * p], kvs, tier)
             if events:

@@ -10,15 +10,18 @@ Owns the wire format of a copied prefix and its validation. Must not: touch the 
      "kv": bytes  (C order, little-endian; index 0 = K after RoPE, 1 = V)}
 
 ``/kv/import`` answers JSON ``{"imported_tokens": n}`` and publishes the pages' BlockStored.
+The tensors are torch (``tiny_llama``) in the worker; the bytes are the same as numpy's
+``tobytes()`` of a ``<f4`` array, so a peer needs neither torch nor this code to read them.
+A bad header (page size, dtype, shape, byte count) is a 400 naming what was expected.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import uuid
 
 import msgspec
-import numpy as np
 from aiohttp import web
 
 from workers.emulated.http_common import ENGINE, BadRequest, error, token_ids
@@ -37,7 +40,7 @@ async def kv_export(request: web.Request) -> web.Response:
     held, kv = engine.export_kv(tokens)
     arr = engine.model.empty_kv() if kv is None else kv
     out = {"page_size": engine.cache.page_size, "input_ids": held, "shape": list(arr.shape),
-           "dtype": "float32", "kv": np.ascontiguousarray(arr, "<f4").tobytes()}  # fmt: skip
+           "dtype": "float32", "kv": engine.model.to_bytes(arr)}  # fmt: skip
     return web.Response(body=msgspec.msgpack.encode(out), content_type="application/msgpack")
 
 
@@ -57,7 +60,9 @@ async def kv_import(request: web.Request) -> web.Response:
             raise BadRequest(f"shape: expected [2, L, n, kvh, hd] like {list(expected)}")
         if shape[2] != len(tokens):
             raise BadRequest(f"shape: expected {len(tokens)} tokens, got {shape[2]}")
-        kv = np.frombuffer(body["kv"], "<f4").reshape(shape).astype(np.float32)
+        if not isinstance(body["kv"], bytes) or len(body["kv"]) != 4 * math.prod(shape):
+            raise BadRequest(f"kv: expected {4 * math.prod(shape)} bytes for shape {list(shape)}")
+        kv = engine.model.from_bytes(body["kv"], shape)
     except (BadRequest, msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
         return error(400, f"kv import: {exc}", rid)
     n = await engine.import_kv(tokens, kv)

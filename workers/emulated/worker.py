@@ -3,7 +3,9 @@
 Owns ``EmulatedConfig`` (one frozen config: model, page size, tier capacities, policy, costs,
 KV-events endpoints) and the lifecycle (bind, serve, close). Must not: hold request logic.
 Port 0 (HTTP) and ``tcp://127.0.0.1:*`` (ZMQ) bind free ports; ``/server_info`` advertises the
-bound addresses, so a sidecar can discover them.
+bound addresses, so a sidecar can discover them. Tiny-llama mode imports torch (only then) and
+sets its intra-op threads for the whole process (``torch_threads``, default 1: the emulated
+workers share a few cores with each other).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import zmq.asyncio
 from aiohttp import web
@@ -22,7 +25,9 @@ from workers.emulated.costs import EmulatedCosts
 from workers.emulated.engine import Engine
 from workers.emulated.publisher import EventPublisher
 from workers.emulated.server import ServerInfo, build_app
-from workers.emulated.tiny_llama import TinyLlama, TinyLlamaConfig
+
+if TYPE_CHECKING:
+    from workers.emulated.tiny_llama import TinyLlamaConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +47,17 @@ class EmulatedConfig:
     """True: SGLang 0.5.23 replies [topic, seq, payload]; False: older [seq, payload]."""
     costs: EmulatedCosts = field(default_factory=EmulatedCosts)
     tiny_llama: TinyLlamaConfig | None = None
-    """Set: real KV tensors from a numpy tiny Llama (the CLI's ``--model tiny-llama``)."""
+    """Set: real KV tensors from a torch tiny Llama, CPU (the CLI's ``--model tiny-llama``)."""
+    torch_threads: int = 1
+    """torch intra-op threads in tiny-llama mode (process-wide)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port: expected 0..65535, got {self.port}")
         if self.replay_buffer_steps < 1:
             raise ConfigError(f"replay_buffer_steps: expected >= 1, got {self.replay_buffer_steps}")
+        if self.torch_threads < 1:
+            raise ConfigError(f"torch_threads: expected >= 1, got {self.torch_threads}")
 
 
 def _advertised(endpoint: str, host: str) -> str:
@@ -72,7 +81,14 @@ class EmulatedWorker:
             replay_topic_frame=c.replay_topic_frame,
         )
         cache = PrefixCache(c.page_size_tokens, c.vram_tokens, c.dram_tokens, c.policy)
-        model = None if c.tiny_llama is None else TinyLlama(c.tiny_llama)
+        model = None
+        if c.tiny_llama is not None:
+            import torch
+
+            from workers.emulated.tiny_llama import TinyLlama
+
+            torch.set_num_threads(c.torch_threads)
+            model = TinyLlama(c.tiny_llama)
         self.engine = Engine(cache, c.costs, self.publisher, model)
         replay = self.publisher.replay_endpoint
         self.info = ServerInfo(
