@@ -106,7 +106,7 @@ class PatchFollower:
     def __init__(self, edge: EdgeApp, consumer: Any) -> None:
         self.edge = edge
         self.consumer = consumer
-        self.topic = edge.pipeline.topics.index_patches
+        self.topic = edge.pipeline.patches_topic
         schema_id = edge.registry.writer_id("IndexPatch")
         self.applier = PatchApplier(edge.view, edge.store, edge.service.codec, schema_id)
         self.applier.on_apply = self._applied
@@ -210,13 +210,24 @@ class QueueVectorFollower:
         self.consumer = consumer
         self.dead = dead_letters
         self.topic = edge.pipeline.topics.queue_vectors
+        self.topics = edge.pipeline.mirrored(self.topic)
+        """The local topic and its MirrorMaker 2 copies (``PipelineConfig.mirror_sources``)."""
         self.last_seq: dict[int, int] = {}
 
     def start(self) -> None:
         n = self.edge.pipeline.queue_vectors_partitions
-        self.consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in range(n)])
+        self.consumer.assign(
+            [TopicPartition(t, p, OFFSET_END) for t in self.topics for p in range(n)]
+        )
 
-    def handle(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> bool:
+    def handle(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        topic: str | None = None,
+    ) -> bool:
         """Fold one record in; a bad one becomes a dead letter. True if applied."""
         svc = self.edge.service
         try:
@@ -225,10 +236,11 @@ class QueueVectorFollower:
                 raise ValueError(f"expected a QueueVector record, got {name}")
             region, ids, qs = _checked(rec, svc.deployment.worker_region)
         except Exception as exc:  # every bad record is filed, none stops the consumer
-            self.dead.file(topic=self.topic, partition=partition, offset=offset, key=key,
+            source = topic or self.topic
+            self.dead.file(topic=source, partition=partition, offset=offset, key=key,
                            raw=value, reason_code=reason_code_of(exc), reason=str(exc)[:500],
                            now_ms=int(time.time() * 1000))  # fmt: skip
-            svc.metrics.inc("dead_letters_total", topic=self.topic)
+            svc.metrics.inc("dead_letters_total", topic=source)
             return False
         if region == svc.origin or rec["seq"] < self.last_seq.get(region, -(2**62)):
             return False
@@ -245,7 +257,7 @@ class QueueVectorFollower:
     async def _poll_once(self) -> None:
         for m in await _consume(self.consumer, 0.05):
             if m.error() is None:
-                self.handle(m.partition(), m.offset(), m.key(), m.value())
+                self.handle(m.partition(), m.offset(), m.key(), m.value(), m.topic())
 
     def close(self) -> None:
         self.consumer.close()

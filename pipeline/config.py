@@ -18,6 +18,7 @@ from typing import Any
 from kvcompass.errors import ConfigError
 
 _TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
+_ALIAS = re.compile(r"^[A-Za-z0-9_-]*$")
 _MAX_TOPIC_LEN = 249
 _MINUTE_MS = 60_000
 _HOUR_MS = 60 * _MINUTE_MS
@@ -69,6 +70,15 @@ class PipelineConfig:
     compacted size (one record per view piece)."""
     schema_registry_url: str | None = None
     """None: schema ids from schemas/ids.json (pipeline.registry.InProcessRegistry)."""
+    mirror_sources: tuple[str, ...] = ()
+    """Multi-region: aliases of the other clusters whose copies of the cross-region topics
+    MirrorMaker 2 writes into this one (``DefaultReplicationPolicy`` names a copy
+    ``<alias>.<topic>``; infra/terraform uses the region name as alias). Consumers of
+    ``queue-vectors`` and ``migrations`` read the local topic and every copy."""
+    patches_source: str = ""
+    """Multi-region: alias of the cluster the maintenance units write ``index-patches`` to; ""
+    means this cluster. Edges elsewhere read the copy ``<alias>.index-patches`` (each shard has
+    exactly one writer, so exactly one source topic)."""
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers.strip():
@@ -81,6 +91,16 @@ class PipelineConfig:
         if longest > _MAX_TOPIC_LEN:
             raise ConfigError(
                 f"topic_prefix: expected topic names <= {_MAX_TOPIC_LEN} chars; got {longest}"
+            )
+        for alias in (*self.mirror_sources, self.patches_source):
+            if not isinstance(alias, str) or not _ALIAS.match(alias):
+                raise ConfigError(
+                    f"mirror_sources/patches_source: expected MM2 cluster aliases of "
+                    f"[A-Za-z0-9_-]; got {alias!r}"
+                )
+        if "" in self.mirror_sources or len(set(self.mirror_sources)) != len(self.mirror_sources):
+            raise ConfigError(
+                f"mirror_sources: expected distinct aliases; got {self.mirror_sources}"
             )
         for f in fields(self):
             value = getattr(self, f.name)
@@ -104,6 +124,16 @@ class PipelineConfig:
             routing_decisions=f"{p}routing-decisions",
             dead_letters=f"{p}dead-letters",
         )
+
+    def mirrored(self, topic: str) -> tuple[str, ...]:
+        """``topic`` and its MirrorMaker 2 copies from every ``mirror_sources`` cluster."""
+        return (topic, *(f"{alias}.{topic}" for alias in self.mirror_sources))
+
+    @property
+    def patches_topic(self) -> str:
+        """The ``index-patches`` topic edges of this cluster read (a copy if ``patches_source``)."""
+        t = self.topics.index_patches
+        return f"{self.patches_source}.{t}" if self.patches_source else t
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PipelineConfig:
@@ -138,8 +168,13 @@ class PipelineConfig:
 def _coerce(key: str, value: Any) -> Any:
     if key == "schema_registry_url":
         return None if value in (None, "") else str(value)
-    if key in ("bootstrap_servers", "topic_prefix"):
+    if key in ("bootstrap_servers", "topic_prefix", "patches_source"):
         return str(value)
+    if key == "mirror_sources":
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{key}: expected a list of aliases or 'a,b'; got {value!r}")
+        return tuple(str(x).strip() for x in items if str(x).strip())
     if isinstance(value, str):
         try:
             return int(value.replace("_", ""))

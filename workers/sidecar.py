@@ -130,7 +130,7 @@ async def run_migrations(
 ) -> None:
     """Every sidecar reads every migration (its own consumer group) and keeps its own."""
     consumer = AIOKafkaConsumer(
-        pipe.topics.migrations,
+        *pipe.mirrored(pipe.topics.migrations),  # + MirrorMaker 2 copies from other regions
         bootstrap_servers=pipe.bootstrap_servers,
         group_id=f"kvcompass-migrate-{pipe.topic_prefix}w{executor.worker_id}",
         auto_offset_reset=offset_reset,

@@ -203,3 +203,41 @@ def test_reader_edge_on_the_writers_files__same_answers_and_follows_updates(
         await w_task
 
     asyncio.run(scenario())
+
+
+def test_mirrored_topics__patches_from_home_copy_and_queue_vectors_from_remote_copy(
+    kafka_admin: AdminClient, pipeline_config: PipelineConfig
+) -> None:
+    """Multi-region naming (MirrorMaker 2 ``DefaultReplicationPolicy``): an edge whose
+    maintenance units write in cluster ``home`` reads ``home.<topic>``; queue vectors from
+    region ``eu``'s cluster arrive as ``eu.<topic>``. The copies are written here directly, as
+    MM2 would (same records, same partitions)."""
+    p = pipeline_config.topic_prefix
+    home = dataclasses.replace(pipeline_config, topic_prefix=f"home.{p}")
+    eu = dataclasses.replace(pipeline_config, topic_prefix=f"eu.{p}")
+    for c in (pipeline_config, home, eu):
+        ensure_topics(kafka_admin, c)
+    pipe = dataclasses.replace(pipeline_config, patches_source="home", mirror_sources=("eu",))
+    assert pipe.patches_topic == home.topics.index_patches
+    assert pipe.mirrored(pipe.topics.queue_vectors) == (
+        pipeline_config.topics.queue_vectors, eu.topics.queue_vectors,
+    )  # fmt: skip
+    maint = Maintenance(home)
+    codec = AvroCodec(InProcessRegistry())
+    producer = Producer({"bootstrap.servers": pipeline_config.bootstrap_servers})
+    tokens = ec.prompt(8000, 41)
+
+    async def scenario() -> None:
+        maint.send(maint.index.full_images())
+        edge, stop, task = await _start(dataclasses.replace(_config(pipe, None), view_dir=None))
+        maint.register(2, tokens, edge.service.discovery.hasher)
+        await _until(lambda: _answer(edge, tokens)[1][2] == 7552, "the home copy's patches")
+        rec = {"region_id": 1, "worker_ids": [2], "queue_ms": [75.0], "seq": 1, "timestamp_ms": 1}
+        producer.produce(eu.topics.queue_vectors, codec.encode("QueueVector", rec), int32_key(1))
+        assert producer.flush(30) == 0
+        qv = edge.service.router.queue_view
+        await _until(lambda: qv.queue_ms[2] == pytest.approx(75.0), "eu's queue vector copy")
+        stop.set()
+        await task
+
+    asyncio.run(scenario())

@@ -56,3 +56,19 @@ def test_registry_url_empty_means_none__from_env() -> None:
 def test_invalid_values_raise__from_mapping(values: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         PipelineConfig.from_mapping(values)
+
+
+def test_mirror_sources_and_patches_source__names_of_the_mm2_copies() -> None:
+    c = PipelineConfig.from_mapping(
+        {"topic_prefix": "x.", "mirror_sources": "eu-west-1, ap-south-1", "patches_source": "us"}
+    )
+    assert c.mirror_sources == ("eu-west-1", "ap-south-1")
+    assert c.mirrored(c.topics.migrations) == (
+        "x.migrations", "eu-west-1.x.migrations", "ap-south-1.x.migrations",
+    )  # fmt: skip
+    assert c.patches_topic == "us.x.index-patches"
+    assert PipelineConfig().patches_topic == "index-patches"
+    assert PipelineConfig.from_mapping({"mirror_sources": ["a"]}).mirror_sources == ("a",)
+    for bad in ({"mirror_sources": "a,a"}, {"mirror_sources": ["a.b"]}, {"patches_source": "x y"}):
+        with pytest.raises(ConfigError, match="alias"):
+            PipelineConfig.from_mapping(bad)
