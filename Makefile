@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= dev,cli,sim,pipeline,edge,workers,infra,torch
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean clean-numba venv
+.PHONY: demo demo-faults test lint typecheck unit bench clean clean-numba venv
 
 venv: $(STAMP)
 
@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m kvcompass demo
+
+demo-faults: $(STAMP)
+	$(BIN)/python -m kvcompass demo-faults
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

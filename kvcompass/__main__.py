@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kvcompass.cli.replay",
     "kvcompass.cli.worker",
     "kvcompass.cli.edge",
+    "kvcompass.cli.demo_faults",
 )
 
 

@@ -1,0 +1,700 @@
+"""``LocalCluster``: a whole multi-region KVCompass deployment as real processes on one machine.
+
+Owns starting, probing, faulting and stopping every process of a deployment (default the
+paper's 14-worker, 3-region testbed), each a subprocess of the ``kvcompass`` CLI
+(``sys.executable -m kvcompass ...``) with its log in ``run_dir/logs/<name>.log``:
+
+========================  =====================================================================
+``broker``                ``pipeline.kafka_local.LocalBroker`` in ``run_dir/broker`` (its log:
+                          ``run_dir/broker/broker.log``), unless ``bootstrap_servers`` is given
+``maintenance-<i>``       ``kvcompass pipeline worker`` (rechunk + one maintenance actor per
+                          owned shard); all share one Faust app id, so Kafka splits the shards
+``worker-<w>``            ``kvcompass worker emulate`` (SGLang stand-in; ZMQ on free ports)
+``sidecar-<w>``           ``kvcompass worker sidecar`` (KV-event bridge + load reporter +
+                          migration executor), endpoints discovered from ``/server_info``
+``edge-<region>``         ``kvcompass edge --config run_dir/edge-<region>.toml``: every worker,
+                          the other regions' edges as ``[peers]`` (cross-region forwards relay
+                          through the peer edge), views in ``run_dir/views/<region>``
+========================  =====================================================================
+
+Ports: ``base_port`` 0 picks free ports; otherwise edges ``base_port + i`` (region order),
+workers ``base_port + 10 + w``, broker ``base_port + 100`` and its controller ``+ 101``.
+
+**WAN emulation.** This kernel has no ``netem`` qdisc (``tc qdisc ... netem`` answers "Specified
+qdisc kind is unknown"; network namespaces work), so the WAN is injected by the edge's forwarder:
+``wan_delay_scale = time_scale`` makes every cross-region hop sleep the deployment's one-way
+latency × scale before sending and again when the response headers arrive. Queue vectors and
+index patches travel through the one local broker without WAN delay.
+
+Start-up is concurrent (everything is launched, then health is polled): broker, topics, then
+maintenance units + workers + edges at once, sidecars as soon as their worker answers (they read
+its ``/server_info``). Ready = every worker and edge answers ``/health``, every sidecar's
+start-up ``CLEARED`` event is in ``kv-events``, every maintenance process joined the group, and
+the pipeline is quiescent. ``stop`` (also on exceptions, ``KeyboardInterrupt`` and interpreter
+exit) SIGTERMs the tiers in order edges → sidecars → workers → maintenance → broker, waits,
+SIGKILLs stragglers; children also get SIGTERM from the kernel if the launcher dies.
+
+Must not: change what the processes do (only flags and config files the CLI already takes).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from e2e import probes
+from e2e.probes import EventCount, ViewCheck
+from e2e.process import Child, ClusterError, Spawner
+from kvcompass.cli.deployments import load_deployment
+from kvcompass.deployment import Deployment
+from pipeline.config import PipelineConfig
+
+__all__ = ["ClusterError", "ClusterSpec", "EventCount", "LocalCluster", "ViewCheck"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """What to start. Units in the names; validated on construction."""
+
+    deployment: str = "paper-testbed-14x3"
+    """Built-in name or deployment TOML path (paper-testbed-14x3: us 8, eu 2, asia 4 workers)."""
+    time_scale: float = 1.0
+    """Emulated workers' sleep scale; the edges' ``wan_delay_scale`` is set equal."""
+    n_shards: int = 4
+    n_maintenance: int = 2
+    """Maintenance (Faust) processes, one app id: Kafka splits the shards between them."""
+    base_port: int = 0
+    """0: free ports; else edges base+i, workers base+10+w, broker base+100 (+101 controller)."""
+    vram_tokens: int = 32_768
+    """Per emulated worker; small enough that a demo load evicts and moves pages to DRAM."""
+    dram_tokens: int = 131_072
+    edge_policy: str = "kvcompass"
+    bootstrap_servers: str | None = None
+    """None: start a local broker (``pipeline.kafka_local``) in ``run_dir/broker``."""
+    topic_prefix: str = ""
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    load_period_ms: int = 200
+    """Δ of the sidecars' load reporters (queue vectors)."""
+    start_timeout_s: float = 240.0
+
+    def __post_init__(self) -> None:
+        if not self.time_scale >= 0:
+            raise ValueError(f"time_scale: expected >= 0, got {self.time_scale}")
+        for name in ("n_shards", "n_maintenance", "vram_tokens", "load_period_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if self.dram_tokens < 0:
+            raise ValueError(f"dram_tokens: expected >= 0, got {self.dram_tokens}")
+        if self.base_port and not 1024 <= self.base_port <= 65535 - 200:
+            raise ValueError(f"base_port: expected 0 or 1024..65335, got {self.base_port}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _http(
+    method: str, url: str, body: dict[str, Any] | None = None, timeout_s: float = 2.0
+) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return int(r.status), r.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return _http("GET", url + "/health", timeout_s=1.0)[0] == 200
+    except (OSError, ValueError):
+        return False
+
+
+def _edge_fields() -> set[str]:
+    from edge.config import EdgeConfig
+
+    return {f.name for f in fields(EdgeConfig)}
+
+
+def _child_env() -> dict[str, str]:
+    """The launcher's environment without what would override the flags we pass (the sidecars
+    and pipeline read ``KAFKA_BOOTSTRAP_SERVERS`` and ``KVCOMPASS_<field>`` over their flags)."""
+    pipeline_vars = {"KVCOMPASS_" + f.name.upper() for f in fields(PipelineConfig)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "KAFKA_BOOTSTRAP_SERVERS" and k not in pipeline_vars
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string for these values
+
+
+class _ClearedWatch:
+    """Follows ``kv-events`` from given offsets; remembers, per worker, whether a ``CLEARED`` was
+    seen and whether anything was stored after it."""
+
+    def __init__(self, bootstrap: str, topic: str, start: dict[int, int]) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "log_level": 2,
+                "group.id": f"e2e-watch-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+        self.cleared: set[int] = set()
+        self.dirty: set[int] = set()
+        """Workers with a non-CLEARED event after their last CLEARED."""
+
+    def poll(self) -> None:
+        for m in self.consumer.consume(10_000, 0.2):
+            if m.error() is not None:
+                continue
+            try:
+                _, ev = probes.CODEC.decode(m.value() or b"")
+                w, op = int(ev["worker_id"]), str(ev["op"])
+            except (ValueError, KeyError):
+                continue
+            if op == "CLEARED":
+                self.cleared.add(w)
+                self.dirty.discard(w)
+            else:
+                self.dirty.add(w)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class LocalCluster:
+    """``with LocalCluster(spec, run_dir) as c:`` starts on enter and stops on exit."""
+
+    def __init__(
+        self, spec: ClusterSpec, run_dir: Path, on_status: Callable[[str], None] | None = None
+    ) -> None:
+        self.spec = spec
+        self.run_dir = Path(run_dir).resolve()
+        self.on_status = on_status or (lambda _msg: None)
+        self.dep: Deployment = load_deployment(spec.deployment)
+        self.regions = [r.name for r in self.dep.regions]
+        self.n_workers = int(self.dep.worker_region.size)
+        ports = self._ports()
+        self.edge_urls: dict[str, str] = {
+            r: f"http://127.0.0.1:{ports['edge'][i]}" for i, r in enumerate(self.regions)
+        }
+        self.worker_urls: dict[int, str] = {
+            w: f"http://127.0.0.1:{ports['worker'][w]}" for w in range(self.n_workers)
+        }
+        self._broker_ports = ports["broker"]
+        self.broker: Any = None
+        """``pipeline.kafka_local.LocalBroker`` when this cluster started the broker."""
+        self.bootstrap = spec.bootstrap_servers or f"127.0.0.1:{self._broker_ports[0]}"
+        self.pipe = PipelineConfig(
+            bootstrap_servers=self.bootstrap, n_shards=spec.n_shards, topic_prefix=spec.topic_prefix
+        )
+        self.topics = self.pipe.topics
+        self.app_id = f"{spec.topic_prefix}kvcompass-pipeline"
+        self.logs = self.run_dir / "logs"
+        self.spawner = Spawner()
+        self.startup_s: float | None = None
+        """Seconds from ``start()`` to every process ready and the pipeline quiescent."""
+        self.edge_admin = "admin" in _edge_fields()
+        self._env = _child_env()
+        self._started = False
+        self._down: set[str] = set()
+        """Children stopped on purpose (a fault in progress): not an error when found dead."""
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def _ports(self) -> dict[str, list[int]]:
+        b = self.spec.base_port
+        n_r, n_w = len(self.regions), int(self.dep.worker_region.size)
+        if b:
+            if n_r > 10 or b + 10 + n_w >= b + 100:
+                raise ValueError("base_port layout fits at most 10 regions and 90 workers")
+            return {
+                "edge": [b + i for i in range(n_r)],
+                "worker": [b + 10 + w for w in range(n_w)],
+                "broker": [b + 100, b + 101],
+            }
+        return {
+            "edge": [_free_port() for _ in range(n_r)],
+            "worker": [_free_port() for _ in range(n_w)],
+            "broker": [_free_port(), _free_port()],
+        }
+
+    def view_dir(self, region: str) -> Path:
+        return self.run_dir / "views" / region
+
+    def _cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "kvcompass", *args]
+
+    def _spawn(self, name: str, argv: list[str], cwd: Path | None = None) -> Child:
+        return self.spawner.spawn(
+            name, argv, self.logs / f"{name}.log", cwd or self.run_dir, self._env
+        )
+
+    def _edge_toml(self, region: str) -> Path:
+        s = self.spec
+        edge_lines = [
+            f"region = {_toml_str(region)}",
+            f"deployment = {_toml_str(s.deployment)}",
+            'host = "127.0.0.1"',
+            f"port = {self.edge_urls[region].rsplit(':', 1)[1]}",
+            f"model = {_toml_str(s.model)}",
+            f"view_dir = {_toml_str(str(self.view_dir(region)))}",
+            f"wan_delay_scale = {float(s.time_scale)!r}",
+        ]
+        if self.edge_admin:  # the fields exist in this checkout's EdgeConfig
+            edge_lines += [f"policy = {_toml_str(s.edge_policy)}", "admin = true"]
+        workers = [f'"{w}" = {_toml_str(u)}' for w, u in self.worker_urls.items()]
+        peers = [f"{r} = {_toml_str(u)}" for r, u in self.edge_urls.items() if r != region]
+        pipe = [
+            f"bootstrap_servers = {_toml_str(self.bootstrap)}",
+            f"topic_prefix = {_toml_str(s.topic_prefix)}",
+            f"n_shards = {s.n_shards}",
+        ]
+        text = "\n".join(
+            [
+                "[edge]",
+                *edge_lines,
+                "[workers]",
+                *workers,
+                "[peers]",
+                *peers,
+                "[pipeline]",
+                *pipe,
+                "",
+            ]
+        )
+        path = self.run_dir / f"edge-{region}.toml"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def _start_maintenance(self, i: int) -> Child:
+        s = self.spec
+        argv = self._cmd(
+            "pipeline",
+            "worker",
+            "--bootstrap",
+            self.bootstrap,
+            "--topic-prefix",
+            s.topic_prefix,
+            "--n-shards",
+            str(s.n_shards),
+            "--deployment",
+            s.deployment,
+            "--loglevel",
+            "info",
+        )
+        # Faust keeps a data directory in its working directory: one per process.
+        return self._spawn(f"maintenance-{i}", argv, self.run_dir / f"maintenance-{i}")
+
+    def _start_worker(self, w: int) -> Child:
+        s = self.spec
+        port = self.worker_urls[w].rsplit(":", 1)[1]
+        argv = self._cmd(
+            "worker",
+            "emulate",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--model",
+            s.model,
+            "--page-size",
+            str(self.dep.block_size_tokens),
+            "--vram-tokens",
+            str(s.vram_tokens),
+            "--dram-tokens",
+            str(s.dram_tokens),
+            "--events-endpoint",
+            "tcp://127.0.0.1:*",
+            "--replay-endpoint",
+            "tcp://127.0.0.1:*",
+            "--prefill-ms-per-token",
+            str(self.dep.regions[int(self.dep.worker_region[w])].prefill_ms_per_token),
+            "--time-scale",
+            str(s.time_scale),
+        )
+        return self._spawn(f"worker-{w}", argv)
+
+    def _start_sidecar(self, w: int) -> Child:
+        s = self.spec
+        argv = self._cmd(
+            "-v",
+            "worker",
+            "sidecar",
+            "--worker-id",
+            str(w),
+            "--deployment",
+            s.deployment,
+            "--model",
+            s.model,
+            "--engine-url",
+            self.worker_urls[w],
+            "--bootstrap-servers",
+            self.bootstrap,
+            "--topic-prefix",
+            s.topic_prefix,
+            "--load-period-ms",
+            str(s.load_period_ms),
+        )
+        return self._spawn(f"sidecar-{w}", argv)
+
+    def _start_edge(self, region: str) -> Child:
+        argv = self._cmd(
+            "-v", "edge", "--region", region, "--config", str(self.run_dir / f"edge-{region}.toml")
+        )
+        return self._spawn(f"edge-{region}", argv)
+
+    def _names(self, kind: str) -> list[str]:
+        if kind == "edge":
+            return [f"edge-{r}" for r in self.regions]
+        if kind == "maintenance":
+            return [f"maintenance-{i}" for i in range(self.spec.n_maintenance)]
+        return [f"{kind}-{w}" for w in range(self.n_workers)]
+
+    def start(self) -> None:
+        """Start everything and wait until it is ready (see the module docstring)."""
+        if self._started:
+            raise ClusterError("cluster already started")
+        self._started = True
+        atexit.register(self.stop)
+        t0 = time.monotonic()
+        try:
+            self._start_all(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        self.on_status(f"cluster ready in {self.startup_s:.1f} s")
+
+    def _start_all(self, t0: float) -> None:
+        s = self.spec
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if s.bootstrap_servers is None:
+            from pipeline.kafka_local import LocalBroker
+
+            self.broker = LocalBroker(
+                self._broker_ports[0],
+                controller_port=self._broker_ports[1],
+                state_dir=self.run_dir / "broker",
+                die_with_parent=True,
+            )
+            # The broker is this run's: data of an earlier run in the same run_dir goes.
+            self.broker.down()
+            shutil.rmtree(self.run_dir / "broker", ignore_errors=True)
+            self.on_status(f"starting broker on {self.bootstrap}")
+            self.spawner.on_thread(lambda: self.broker.up(timeout_s=s.start_timeout_s))
+        from pipeline.topics import ensure_topics
+
+        ensure_topics(AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3}), self.pipe)
+        shutil.rmtree(self.run_dir / "views", ignore_errors=True)  # views of an earlier run
+        for r in self.regions:
+            self.view_dir(r).mkdir(parents=True, exist_ok=True)
+            self._edge_toml(r)
+        marks = {
+            p: high
+            for p, (_, high) in probes.watermarks(self.bootstrap, self.topics.kv_events).items()
+        }
+        self.on_status(
+            f"launching {s.n_maintenance} maintenance, {self.n_workers} workers, "
+            f"{len(self.regions)} edges"
+        )
+        for i in range(s.n_maintenance):
+            self._start_maintenance(i)
+        for w in range(self.n_workers):
+            self._start_worker(w)
+        for r in self.regions:
+            self._start_edge(r)
+        deadline = t0 + s.start_timeout_s
+        pending_workers = set(range(self.n_workers))
+        watch = _ClearedWatch(self.bootstrap, self.topics.kv_events, marks)
+        try:
+            edges_up: set[str] = set()
+            group_ok = False
+            while True:
+                self._check_alive()
+                for w in sorted(pending_workers):
+                    if _healthy(self.worker_urls[w]):
+                        pending_workers.discard(w)
+                        self._start_sidecar(w)
+                edges_up |= {
+                    r for r in self.regions if r not in edges_up and _healthy(self.edge_urls[r])
+                }
+                watch.poll()
+                if not group_ok:
+                    group_ok = self._group_size() >= s.n_maintenance
+                done = (
+                    not pending_workers
+                    and len(edges_up) == len(self.regions)
+                    and len(watch.cleared) == self.n_workers
+                    and group_ok
+                )
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    waiting = (
+                        [f"worker-{w}" for w in sorted(pending_workers)]
+                        + [f"edge-{r}" for r in self.regions if r not in edges_up]
+                        + [f"sidecar-{w}" for w in range(self.n_workers) if w not in watch.cleared]
+                    )
+                    if not group_ok:
+                        waiting += self._names("maintenance")
+                    raise ClusterError(self._not_ready(waiting, s.start_timeout_s))
+                time.sleep(0.2)
+        finally:
+            watch.close()
+        self.on_status(
+            f"all processes up after {time.monotonic() - t0:.1f} s; waiting for the pipeline"
+        )
+        self.wait_quiescent(max(deadline - time.monotonic(), 30.0))
+
+    def _group_size(self) -> int:
+        try:
+            members, state = probes.group_members(self.bootstrap, self.app_id, 5.0)
+        except Exception:  # a group that does not exist yet, or the broker restarting
+            return 0
+        return members if state.upper() == "STABLE" else 0
+
+    def _check_alive(self) -> None:
+        for c in self.spawner.children.values():
+            if c.popen is not None and not c.alive() and c.name not in self._down:
+                raise ClusterError(
+                    f"{c.name} exited with code {c.popen.returncode} "
+                    f"(log: {c.log_path})\n{c.log_tail()}"
+                )
+        if self.broker is not None and self.broker.running_pid() is None:
+            raise ClusterError(f"broker exited (log: {self.broker.log_file})")
+
+    def _not_ready(self, names: Iterable[str], timeout_s: float) -> str:
+        parts = [f"not ready after {timeout_s:.0f} s: {', '.join(names)}"]
+        for n in list(names)[:3]:
+            c = self.spawner.children.get(n)
+            if c is not None:
+                parts.append(c.log_tail(25))
+        return "\n".join(parts)
+
+    # -- probes ------------------------------------------------------------------------------
+
+    def wait_quiescent(self, timeout_s: float) -> None:
+        """Return once the maintenance group has committed every ``kv-events`` and ``index-ops``
+        record and every edge's view files record every ``index-patches`` record as applied,
+        twice in a row with no new ``kv-events`` in between. Stop the load first."""
+        deadline = time.monotonic() + timeout_s
+        last_events: int | None = None
+        why = "not checked"
+        while True:
+            try:
+                why = self._quiescence_gap()
+            except Exception as exc:  # broker restarting: try again until the deadline
+                why = f"probe failed: {type(exc).__name__}: {exc}"
+            if not why:
+                ev = sum(
+                    h for _, h in probes.watermarks(self.bootstrap, self.topics.kv_events).values()
+                )
+                if ev == last_events:
+                    return
+                last_events = ev
+            else:
+                last_events = None
+            if time.monotonic() > deadline:
+                raise ClusterError(f"not quiescent after {timeout_s:.0f} s: {why}")
+            time.sleep(0.5)
+
+    def _quiescence_gap(self) -> str:
+        """'' when quiescent, else what is still behind."""
+        lag = probes.group_lag(
+            self.bootstrap, self.app_id, [self.topics.kv_events, self.topics.index_ops]
+        )
+        behind = {f"{t}[{p}]": n for (t, p), n in lag.items() if n}
+        if behind:
+            return f"maintenance group {self.app_id} lags {behind}"
+        highs = probes.watermarks(self.bootstrap, self.topics.index_patches)
+        for r in self.regions:
+            have = probes.view_offsets(self.view_dir(r))
+            late = {
+                p: (have.get(p, -1), high)
+                for p, (_, high) in highs.items()
+                if high > 0 and have.get(p, -1) < high
+            }
+            if late:
+                return f"edge {r} has applied index-patches up to (have, end) {late}"
+        return ""
+
+    def check_views(self) -> ViewCheck:
+        """Every edge's view against the truth rebuilt from ``kv-events`` (after quiescence)."""
+        return probes.check_views(
+            self.bootstrap,
+            self.topics.kv_events,
+            self.dep,
+            self.spec.n_shards,
+            {r: self.view_dir(r) for r in self.regions},
+        )
+
+    def count_events(self) -> EventCount:
+        """Accepted ``kv-events`` records vs the runs logged in ``index-ops`` (none lost)."""
+        return probes.count_events(self.bootstrap, self.topics, self.dep, self.spec.n_shards)
+
+    # -- control -----------------------------------------------------------------------------
+
+    def set_policy(self, policy: str) -> None:
+        """``POST /admin/policy`` on every edge (skipped when this checkout's edge has no admin
+        endpoint)."""
+        if not self.edge_admin:
+            self.on_status(f"set_policy({policy!r}) skipped: EdgeConfig has no 'admin' field")
+            return
+        for r, url in self.edge_urls.items():
+            status, body = _http("POST", url + "/admin/policy", {"policy": policy}, 10.0)
+            if status != 200:
+                raise ClusterError(
+                    f"edge {r}: POST /admin/policy {policy!r} -> {status}: {body[:300]!r}"
+                )
+
+    def flush_caches(self, timeout_s: float = 60.0) -> None:
+        """``POST /flush_cache`` on every worker, then wait until every worker's ``CLEARED`` is in
+        ``kv-events`` with nothing stored after it and the pipeline is quiescent (the index and
+        every view are then empty). Stop the load first."""
+        marks = {
+            p: h for p, (_, h) in probes.watermarks(self.bootstrap, self.topics.kv_events).items()
+        }
+        for w, url in self.worker_urls.items():
+            status, body = _http("POST", url + "/flush_cache", None, 10.0)
+            if status != 200:
+                raise ClusterError(f"worker {w}: POST /flush_cache -> {status}: {body[:200]!r}")
+        deadline = time.monotonic() + timeout_s
+        watch = _ClearedWatch(self.bootstrap, self.topics.kv_events, marks)
+        try:
+            while len(watch.cleared) < self.n_workers or watch.dirty:
+                if time.monotonic() > deadline:
+                    missing = sorted(set(range(self.n_workers)) - watch.cleared)
+                    raise ClusterError(
+                        f"flush_caches: after {timeout_s:.0f} s no CLEARED from "
+                        f"workers {missing}; stored after clear: "
+                        f"{sorted(watch.dirty)} (is a load still running?)"
+                    )
+                watch.poll()
+        finally:
+            watch.close()
+        self.wait_quiescent(max(deadline - time.monotonic(), 10.0))
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def kill_maintenance(self, i: int) -> None:
+        """SIGKILL maintenance process ``i`` (a crash: no clean leave; its shards move to the
+        others after the group's session timeout, 10 s)."""
+        self._down.add(f"maintenance-{i}")
+        self.spawner.kill(f"maintenance-{i}")
+
+    def start_maintenance(self, i: int, timeout_s: float = 90.0) -> None:
+        """Start maintenance process ``i`` again and wait until every live one is in the group."""
+        self._start_maintenance(i)
+        self._down.discard(f"maintenance-{i}")
+        self._wait_group(timeout_s)
+
+    def _wait_group(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        want = sum(self.spawner.children[n].alive() for n in self._names("maintenance"))
+        while self._group_size() < want:
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise ClusterError(self._not_ready(self._names("maintenance"), timeout_s))
+            time.sleep(0.5)
+
+    def restart_edge(self, region: str, timeout_s: float = 120.0) -> None:
+        """SIGTERM the edge of ``region`` (it drains and saves its view offsets), start it again
+        on the same view directory (it resumes from the files) and wait for ``/health``."""
+        name = f"edge-{region}"
+        self._down.add(name)
+        self.spawner.stop([name], timeout_s=30.0)
+        self._start_edge(region)
+        self._down.discard(name)
+        deadline = time.monotonic() + timeout_s
+        while not _healthy(self.edge_urls[region]):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise ClusterError(self._not_ready([name], timeout_s))
+            time.sleep(0.2)
+
+    def restart_broker(self, timeout_s: float = 120.0) -> None:
+        """Stop the broker (clean SIGTERM) and start it again on the same data; only when this
+        cluster started it. Waits until the maintenance group is whole again."""
+        if self.broker is None:
+            raise ClusterError(
+                "restart_broker: the broker was given (bootstrap_servers), "
+                "not started by this cluster"
+            )
+        self.broker.down()
+        self.spawner.on_thread(lambda: self.broker.up(timeout_s=timeout_s))
+        self._wait_group(timeout_s)
+
+    def drop_queue_vectors(self, seconds: float) -> None:
+        """No queue vector reaches ``queue-vectors`` for ``seconds``: every sidecar is paused
+        (SIGSTOP), then resumed (SIGCONT).
+
+        Why pausing the sidecars: the load reporter runs inside the sidecar process (bridge + load
+        + migrate), so it cannot be stopped alone, and deleting the topic would make every
+        sidecar's one idempotent producer (shared with the KV-event bridge) fail deliveries.
+        Side effect, on purpose: KV events of the pause wait in the engines' ZMQ queues and replay
+        buffers and arrive late (the index ages meanwhile); ``count_events`` and ``check_views``
+        afterwards show whether they all arrived. Edges keep their own region's queues live (they
+        poll local workers); remote regions' estimates only age."""
+        names = self._names("sidecar")
+        for n in names:
+            self.spawner.pause(n, True)
+        try:
+            time.sleep(seconds)
+        finally:
+            for n in names:
+                self.spawner.pause(n, False)
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop every process (idempotent): SIGTERM tier by tier, SIGKILL what remains."""
+        atexit.unregister(self.stop)
+        try:
+            for kind in ("edge", "sidecar", "worker", "maintenance"):
+                killed = self.spawner.stop(self._names(kind), timeout_s=20.0)
+                if killed:
+                    self.on_status(f"SIGKILLed after SIGTERM timeout: {killed}")
+            if self.broker is not None:
+                self.broker.down()
+        finally:
+            self.spawner.kill_all()
+            self.spawner.close()
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,355 @@
+"""Fault scenarios against a started ``LocalCluster``, under a small background load.
+
+Owns ``BackgroundLoad`` (a few asyncio clients in one thread, each pinned to one edge, sending
+``POST /generate`` with prompts that share per-family prefixes, so the index fills, pages move to
+DRAM and get evicted) and ``run_scenarios``: for each scenario, the load runs while the fault
+happens and for ``settle_s`` after it; then the load pauses, the pipeline must become quiescent,
+every edge's view must equal the truth rebuilt from ``kv-events`` (``check_views``) and every
+accepted event must appear in ``index-ops`` (``count_events``).
+
+Scenarios (``SCENARIOS``): ``baseline`` (no fault), ``maintenance-crash`` (SIGKILL maintenance 0,
+run ``hold_s``, start it again), ``edge-restart`` (SIGTERM + start the edge of the second region:
+its clients see refused connections meanwhile, the others are served), ``broker-restart`` (only
+when the cluster owns its broker; a bounded error burst is allowed and reported),
+``queue-vectors-drop`` (``drop_queue_vectors(hold_s)``).
+
+Must not: be the project's load generator for experiments (that is ``e2e/loadgen.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+import numpy as np
+
+from e2e.cluster import LocalCluster
+from e2e.probes import EventCount, ViewCheck
+
+_ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz      .,", dtype=np.uint8)
+
+
+@dataclass
+class EdgeTally:
+    served: int = 0
+    refused: int = 0
+    """Connection refused or reset: the edge process is not there (restart)."""
+    failed: int = 0
+    """An HTTP error status or a timeout from a running edge."""
+
+
+@dataclass
+class PhaseStats:
+    """Requests started during one phase, per edge, and when failures happened."""
+
+    name: str
+    per_edge: dict[str, EdgeTally] = field(default_factory=dict)
+    first_error_s: float | None = None
+    last_error_s: float | None = None
+    """Seconds since the phase started."""
+    errors: dict[str, int] = field(default_factory=dict)
+    """Error kind (status or exception name) -> count."""
+
+    def _tally(self, region: str) -> EdgeTally:
+        return self.per_edge.setdefault(region, EdgeTally())
+
+    @property
+    def served(self) -> int:
+        return sum(t.served for t in self.per_edge.values())
+
+    @property
+    def refused(self) -> int:
+        return sum(t.refused for t in self.per_edge.values())
+
+    @property
+    def failed(self) -> int:
+        return sum(t.failed for t in self.per_edge.values())
+
+    @property
+    def error_window_s(self) -> float:
+        """First to last failed or refused request of the phase (0: none or one)."""
+        if self.first_error_s is None or self.last_error_s is None:
+            return 0.0
+        return self.last_error_s - self.first_error_s
+
+
+class BackgroundLoad:
+    """``clients`` asyncio clients in a daemon thread; client i talks to edge i mod n."""
+
+    def __init__(
+        self,
+        edge_urls: dict[str, str],
+        *,
+        clients: int = 6,
+        seed: int = 0,
+        families: int = 24,
+        prompt_tokens: tuple[int, int] = (300, 2200),
+        max_new_tokens: int = 2,
+        think_s: float = 0.05,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.edge_urls = dict(edge_urls)
+        self.clients = clients
+        self.rng = np.random.default_rng(seed)
+        lo, hi = prompt_tokens
+        self.prefixes = [
+            self._text(int(self.rng.integers(lo // 2, lo + 1))) for _ in range(families)
+        ]
+        self.lengths = (lo, hi)
+        self.convs = list(self.prefixes)
+        self.max_new_tokens = max_new_tokens
+        self.think_s = think_s
+        self.timeout_s = timeout_s
+        self.phases: list[PhaseStats] = []
+        self._phase: PhaseStats | None = None
+        self._phase_t0 = 0.0
+        self._go = threading.Event()
+        self._quit = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.in_flight = 0
+
+    def _text(self, n: int) -> str:
+        return bytes(self.rng.choice(_ALPHABET, size=n)).decode()
+
+    def prompt(self) -> str:
+        """The next turn of a random family's conversation: its previous prompt plus 64–400
+        new tokens (so turns reuse ever longer prefixes), back to the family's prefix once longer
+        than the upper prompt length."""
+        fam = int(self.rng.integers(len(self.prefixes)))
+        text = self.convs[fam] + self._text(int(self.rng.integers(64, 400)))
+        if len(text) > self.lengths[1]:
+            text = self.prefixes[fam] + self._text(int(self.rng.integers(64, 400)))
+        self.convs[fam] = text
+        return text
+
+    # -- control (any thread) ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._main()), name="e2e-load", daemon=True
+        )
+        self._thread.start()
+
+    def phase(self, name: str) -> PhaseStats:
+        """Start counting a new phase and (re)start sending."""
+        p = PhaseStats(name)
+        self.phases.append(p)
+        self._phase_t0 = time.monotonic()
+        self._phase = p
+        self._go.set()
+        return p
+
+    def pause(self, timeout_s: float = 60.0) -> None:
+        """Stop sending and wait for the requests in flight."""
+        self._go.clear()
+        deadline = time.monotonic() + timeout_s
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._go.clear()
+        self._quit.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout_s + 5)
+
+    # -- the clients (load thread) -----------------------------------------------------------
+
+    async def _main(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        regions = list(self.edge_urls)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            await asyncio.gather(
+                *(self._client(http, regions[i % len(regions)]) for i in range(self.clients))
+            )
+
+    async def _client(self, http: aiohttp.ClientSession, region: str) -> None:
+        url = self.edge_urls[region] + "/generate"
+        while not self._quit.is_set():
+            phase = self._phase
+            if not self._go.is_set() or phase is None:
+                await asyncio.sleep(0.05)
+                continue
+            body = {
+                "text": self.prompt(),
+                "sampling_params": {"max_new_tokens": self.max_new_tokens},
+            }
+            self.in_flight += 1
+            kind = ""
+            try:
+                async with http.post(url, json=body) as r:
+                    await r.read()
+                    if r.status != 200:
+                        kind = f"HTTP {r.status}"
+            except (
+                aiohttp.ClientConnectorError,
+                aiohttp.ServerDisconnectedError,
+                ConnectionResetError,
+            ) as exc:
+                kind = f"refused:{type(exc).__name__}"
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                kind = type(exc).__name__
+            finally:
+                self.in_flight -= 1
+            self._count(phase, region, kind)
+            await asyncio.sleep(self.think_s if not kind else 0.2)
+
+    def _count(self, phase: PhaseStats, region: str, kind: str) -> None:
+        t = phase._tally(region)
+        if not kind:
+            t.served += 1
+            return
+        if kind.startswith("refused:"):
+            t.refused += 1
+        else:
+            t.failed += 1
+        phase.errors[kind] = phase.errors.get(kind, 0) + 1
+        at = time.monotonic() - self._phase_t0
+        phase.first_error_s = at if phase.first_error_s is None else phase.first_error_s
+        phase.last_error_s = at
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    fault: str
+    """What was done."""
+    fault_s: float
+    """Seconds the fault action took (restart included)."""
+    load: PhaseStats
+    quiescent_s: float = 0.0
+    views: ViewCheck | None = None
+    events: EventCount | None = None
+    error: str | None = None
+    skipped: bool = False
+
+    @property
+    def ok(self) -> bool:
+        if self.skipped:
+            return True
+        return (
+            self.error is None
+            and self.load.served > 0
+            and self.views is not None
+            and self.views.ok
+            and self.events is not None
+            and self.events.ok
+        )
+
+
+Fault = Callable[[LocalCluster, float], str]
+"""(cluster, hold_s) -> description; runs while the load is on."""
+
+
+def _baseline(c: LocalCluster, hold_s: float) -> str:
+    time.sleep(hold_s)
+    return f"none ({hold_s:.0f} s of load)"
+
+
+def _maintenance_crash(c: LocalCluster, hold_s: float) -> str:
+    c.kill_maintenance(0)
+    time.sleep(hold_s)
+    c.start_maintenance(0)
+    return f"SIGKILL maintenance-0, {hold_s:.0f} s down, started again"
+
+
+def _edge_restart(c: LocalCluster, hold_s: float) -> str:
+    region = c.regions[1 % len(c.regions)]
+    c.restart_edge(region)
+    return f"SIGTERM edge-{region}, started again on its view files"
+
+
+def _broker_restart(c: LocalCluster, hold_s: float) -> str:
+    c.restart_broker()
+    return "broker SIGTERM, started again on its data"
+
+
+def _queue_vectors_drop(c: LocalCluster, hold_s: float) -> str:
+    c.drop_queue_vectors(hold_s)
+    return f"all sidecars paused {hold_s:.0f} s (no queue vectors)"
+
+
+SCENARIOS: dict[str, Fault] = {
+    "baseline": _baseline,
+    "maintenance-crash": _maintenance_crash,
+    "edge-restart": _edge_restart,
+    "broker-restart": _broker_restart,
+    "queue-vectors-drop": _queue_vectors_drop,
+}
+
+
+def run_scenarios(
+    cluster: LocalCluster,
+    names: Sequence[str] = tuple(SCENARIOS),
+    *,
+    hold_s: float = 12.0,
+    settle_s: float = 5.0,
+    load: BackgroundLoad | None = None,
+    quiescent_timeout_s: float = 180.0,
+    on_status: Callable[[str], None] | None = None,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Run ``names`` in order on a started cluster; a failing check is recorded, not raised."""
+    say = on_status or (lambda _m: None)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenarios {unknown}; expected some of {list(SCENARIOS)}")
+    load = load or BackgroundLoad(cluster.edge_urls)
+    load.start()
+    results: list[ScenarioResult] = []
+    try:
+        for name in names:
+            if name == "broker-restart" and cluster.broker is None:
+                res = ScenarioResult(
+                    name,
+                    "skipped: the broker was given, not started here",
+                    0.0,
+                    PhaseStats(name),
+                    skipped=True,
+                )
+            else:
+                res = _run_one(cluster, name, load, hold_s, settle_s, quiescent_timeout_s, say)
+            results.append(res)
+            if on_result is not None:
+                on_result(res)
+    finally:
+        load.stop()
+    return results
+
+
+def _run_one(
+    cluster: LocalCluster,
+    name: str,
+    load: BackgroundLoad,
+    hold_s: float,
+    settle_s: float,
+    quiescent_timeout_s: float,
+    say: Callable[[str], None],
+) -> ScenarioResult:
+    phase = load.phase(name)
+    say(f"{name}: fault under load")
+    t0 = time.monotonic()
+    res = ScenarioResult(name, "", 0.0, phase)
+    try:
+        res.fault = SCENARIOS[name](cluster, hold_s)
+        res.fault_s = time.monotonic() - t0
+        say(f"{name}: {settle_s:.0f} s more load")
+        time.sleep(settle_s)
+    except Exception as exc:  # record it and still check what state the cluster is in
+        res.error = f"{type(exc).__name__}: {exc}"
+        res.fault_s = time.monotonic() - t0
+    load.pause()
+    say(f"{name}: waiting for quiescence")
+    t1 = time.monotonic()
+    try:
+        cluster.wait_quiescent(quiescent_timeout_s)
+        res.quiescent_s = time.monotonic() - t1
+        say(f"{name}: checking views and events")
+        res.views = cluster.check_views()
+        res.events = cluster.count_events()
+    except Exception as exc:
+        res.error = (res.error + "; " if res.error else "") + f"{type(exc).__name__}: {exc}"
+    return res
