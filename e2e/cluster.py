@@ -4,18 +4,13 @@ Owns starting, probing, faulting and stopping every process of a deployment (def
 paper's 14-worker, 3-region testbed), each a subprocess of the ``kvcompass`` CLI
 (``sys.executable -m kvcompass ...``) with its log in ``run_dir/logs/<name>.log``:
 
-========================  =====================================================================
-``broker``                ``pipeline.kafka_local.LocalBroker`` in ``run_dir/broker`` (its log:
-                          ``run_dir/broker/broker.log``), unless ``bootstrap_servers`` is given
-``maintenance-<i>``       ``kvcompass pipeline worker`` (rechunk + one maintenance actor per
-                          owned shard); all share one Faust app id, so Kafka splits the shards
-``worker-<w>``            ``kvcompass worker emulate`` (SGLang stand-in; ZMQ on free ports)
-``sidecar-<w>``           ``kvcompass worker sidecar`` (KV-event bridge + load reporter +
-                          migration executor), endpoints discovered from ``/server_info``
-``edge-<region>``         ``kvcompass edge --config run_dir/edge-<region>.toml``: every worker,
-                          the other regions' edges as ``[peers]`` (cross-region forwards relay
-                          through the peer edge), views in ``run_dir/views/<region>``
-========================  =====================================================================
+``broker`` (``pipeline.kafka_local.LocalBroker`` in ``run_dir/broker``, unless
+``bootstrap_servers`` is given), ``maintenance-<i>`` (``kvcompass pipeline worker``, one Faust app
+id: Kafka splits the shards), ``worker-<w>`` (``kvcompass worker emulate``), ``sidecar-<w>``
+(``kvcompass worker sidecar``: bridge + load reporter + migrations) and ``edge-<region>``
+(``kvcompass edge --config run_dir/edge-<region>.toml``: every worker, the other regions' edges as
+peers, views in ``run_dir/views/<region>``). Command lines: ``e2e.commands``; table:
+``e2e/README.md``.
 
 Ports: ``base_port`` 0 picks free ports; otherwise edges ``base_port + i`` (region order),
 workers ``base_port + 10 + w``, broker ``base_port + 100`` and its controller ``+ 101``.
@@ -40,26 +35,18 @@ Must not: change what the processes do (only flags and config files the CLI alre
 from __future__ import annotations
 
 import atexit
-import json
-import os
 import shutil
-import socket
-import sys
 import time
-import urllib.error
-import urllib.request
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from e2e import probes
+from e2e import commands, probes
 from e2e.probes import EventCount, ViewCheck
-from e2e.process import Child, ClusterError, Spawner
+from e2e.process import Child, ClusterError, Spawner, child_env, free_ports
 from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import Deployment
 from pipeline.config import PipelineConfig
@@ -104,91 +91,10 @@ class ClusterSpec:
             raise ValueError(f"base_port: expected 0 or 1024..65335, got {self.base_port}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _http(
-    method: str, url: str, body: dict[str, Any] | None = None, timeout_s: float = 2.0
-) -> tuple[int, bytes]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return int(r.status), r.read()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read()
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return _http("GET", url + "/health", timeout_s=1.0)[0] == 200
-    except (OSError, ValueError):
-        return False
-
-
 def _edge_fields() -> set[str]:
     from edge.config import EdgeConfig
 
     return {f.name for f in fields(EdgeConfig)}
-
-
-def _child_env() -> dict[str, str]:
-    """The launcher's environment without what would override the flags we pass (the sidecars
-    and pipeline read ``KAFKA_BOOTSTRAP_SERVERS`` and ``KVCOMPASS_<field>`` over their flags)."""
-    pipeline_vars = {"KVCOMPASS_" + f.name.upper() for f in fields(PipelineConfig)}
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "KAFKA_BOOTSTRAP_SERVERS" and k not in pipeline_vars
-    }
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _toml_str(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a valid TOML basic string for these values
-
-
-class _ClearedWatch:
-    """Follows ``kv-events`` from given offsets; remembers, per worker, whether a ``CLEARED`` was
-    seen and whether anything was stored after it."""
-
-    def __init__(self, bootstrap: str, topic: str, start: dict[int, int]) -> None:
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "log_level": 2,
-                "group.id": f"e2e-watch-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-            }
-        )
-        self.consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
-        self.cleared: set[int] = set()
-        self.dirty: set[int] = set()
-        """Workers with a non-CLEARED event after their last CLEARED."""
-
-    def poll(self) -> None:
-        for m in self.consumer.consume(10_000, 0.2):
-            if m.error() is not None:
-                continue
-            try:
-                _, ev = probes.CODEC.decode(m.value() or b"")
-                w, op = int(ev["worker_id"]), str(ev["op"])
-            except (ValueError, KeyError):
-                continue
-            if op == "CLEARED":
-                self.cleared.add(w)
-                self.dirty.discard(w)
-            else:
-                self.dirty.add(w)
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 class LocalCluster:
@@ -224,7 +130,7 @@ class LocalCluster:
         self.startup_s: float | None = None
         """Seconds from ``start()`` to every process ready and the pipeline quiescent."""
         self.edge_admin = "admin" in _edge_fields()
-        self._env = _child_env()
+        self._env = child_env()
         self._started = False
         self._down: set[str] = set()
         """Children stopped on purpose (a fault in progress): not an error when found dead."""
@@ -242,137 +148,42 @@ class LocalCluster:
                 "worker": [b + 10 + w for w in range(n_w)],
                 "broker": [b + 100, b + 101],
             }
-        return {
-            "edge": [_free_port() for _ in range(n_r)],
-            "worker": [_free_port() for _ in range(n_w)],
-            "broker": [_free_port(), _free_port()],
-        }
+        ports = free_ports(n_r + n_w + 2)
+        return {"edge": ports[:n_r], "worker": ports[n_r : n_r + n_w], "broker": ports[-2:]}
 
     def view_dir(self, region: str) -> Path:
         return self.run_dir / "views" / region
-
-    def _cmd(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "kvcompass", *args]
 
     def _spawn(self, name: str, argv: list[str], cwd: Path | None = None) -> Child:
         return self.spawner.spawn(
             name, argv, self.logs / f"{name}.log", cwd or self.run_dir, self._env
         )
 
-    def _edge_toml(self, region: str) -> Path:
-        s = self.spec
-        edge_lines = [
-            f"region = {_toml_str(region)}",
-            f"deployment = {_toml_str(s.deployment)}",
-            'host = "127.0.0.1"',
-            f"port = {self.edge_urls[region].rsplit(':', 1)[1]}",
-            f"model = {_toml_str(s.model)}",
-            f"view_dir = {_toml_str(str(self.view_dir(region)))}",
-            f"wan_delay_scale = {float(s.time_scale)!r}",
-        ]
-        if self.edge_admin:  # the fields exist in this checkout's EdgeConfig
-            edge_lines += [f"policy = {_toml_str(s.edge_policy)}", "admin = true"]
-        workers = [f'"{w}" = {_toml_str(u)}' for w, u in self.worker_urls.items()]
-        peers = [f"{r} = {_toml_str(u)}" for r, u in self.edge_urls.items() if r != region]
-        pipe = [
-            f"bootstrap_servers = {_toml_str(self.bootstrap)}",
-            f"topic_prefix = {_toml_str(s.topic_prefix)}",
-            f"n_shards = {s.n_shards}",
-        ]
-        text = "\n".join(
-            [
-                "[edge]",
-                *edge_lines,
-                "[workers]",
-                *workers,
-                "[peers]",
-                *peers,
-                "[pipeline]",
-                *pipe,
-                "",
-            ]
-        )
-        path = self.run_dir / f"edge-{region}.toml"
-        path.write_text(text, encoding="utf-8")
-        return path
+    def _write_edge_toml(self, region: str) -> None:
+        text = commands.edge_toml(
+            self.spec, region, int(self.edge_urls[region].rsplit(":", 1)[1]),
+            self.view_dir(region), self.worker_urls, self.edge_urls, self.bootstrap,
+            self.edge_admin,
+        )  # fmt: skip
+        (self.run_dir / f"edge-{region}.toml").write_text(text, encoding="utf-8")
 
     # -- starting ----------------------------------------------------------------------------
 
     def _start_maintenance(self, i: int) -> Child:
-        s = self.spec
-        argv = self._cmd(
-            "pipeline",
-            "worker",
-            "--bootstrap",
-            self.bootstrap,
-            "--topic-prefix",
-            s.topic_prefix,
-            "--n-shards",
-            str(s.n_shards),
-            "--deployment",
-            s.deployment,
-            "--loglevel",
-            "info",
-        )
         # Faust keeps a data directory in its working directory: one per process.
+        argv = commands.maintenance(self.spec, self.bootstrap)
         return self._spawn(f"maintenance-{i}", argv, self.run_dir / f"maintenance-{i}")
 
     def _start_worker(self, w: int) -> Child:
-        s = self.spec
-        port = self.worker_urls[w].rsplit(":", 1)[1]
-        argv = self._cmd(
-            "worker",
-            "emulate",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            port,
-            "--model",
-            s.model,
-            "--page-size",
-            str(self.dep.block_size_tokens),
-            "--vram-tokens",
-            str(s.vram_tokens),
-            "--dram-tokens",
-            str(s.dram_tokens),
-            "--events-endpoint",
-            "tcp://127.0.0.1:*",
-            "--replay-endpoint",
-            "tcp://127.0.0.1:*",
-            "--prefill-ms-per-token",
-            str(self.dep.regions[int(self.dep.worker_region[w])].prefill_ms_per_token),
-            "--time-scale",
-            str(s.time_scale),
-        )
-        return self._spawn(f"worker-{w}", argv)
+        port = int(self.worker_urls[w].rsplit(":", 1)[1])
+        return self._spawn(f"worker-{w}", commands.worker(self.spec, self.dep, w, port))
 
     def _start_sidecar(self, w: int) -> Child:
-        s = self.spec
-        argv = self._cmd(
-            "-v",
-            "worker",
-            "sidecar",
-            "--worker-id",
-            str(w),
-            "--deployment",
-            s.deployment,
-            "--model",
-            s.model,
-            "--engine-url",
-            self.worker_urls[w],
-            "--bootstrap-servers",
-            self.bootstrap,
-            "--topic-prefix",
-            s.topic_prefix,
-            "--load-period-ms",
-            str(s.load_period_ms),
-        )
+        argv = commands.sidecar(self.spec, w, self.worker_urls[w], self.bootstrap)
         return self._spawn(f"sidecar-{w}", argv)
 
     def _start_edge(self, region: str) -> Child:
-        argv = self._cmd(
-            "-v", "edge", "--region", region, "--config", str(self.run_dir / f"edge-{region}.toml")
-        )
+        argv = commands.edge(region, self.run_dir / f"edge-{region}.toml")
         return self._spawn(f"edge-{region}", argv)
 
     def _names(self, kind: str) -> list[str]:
@@ -403,12 +214,9 @@ class LocalCluster:
         if s.bootstrap_servers is None:
             from pipeline.kafka_local import LocalBroker
 
-            self.broker = LocalBroker(
-                self._broker_ports[0],
-                controller_port=self._broker_ports[1],
-                state_dir=self.run_dir / "broker",
-                die_with_parent=True,
-            )
+            port, controller = self._broker_ports
+            self.broker = LocalBroker(port, controller_port=controller, die_with_parent=True,
+                                      state_dir=self.run_dir / "broker")  # fmt: skip
             # The broker is this run's: data of an earlier run in the same run_dir goes.
             self.broker.down()
             shutil.rmtree(self.run_dir / "broker", ignore_errors=True)
@@ -420,11 +228,8 @@ class LocalCluster:
         shutil.rmtree(self.run_dir / "views", ignore_errors=True)  # views of an earlier run
         for r in self.regions:
             self.view_dir(r).mkdir(parents=True, exist_ok=True)
-            self._edge_toml(r)
-        marks = {
-            p: high
-            for p, (_, high) in probes.watermarks(self.bootstrap, self.topics.kv_events).items()
-        }
+            self._write_edge_toml(r)
+        marks = probes.ends(self.bootstrap, self.topics.kv_events)
         self.on_status(
             f"launching {s.n_maintenance} maintenance, {self.n_workers} workers, "
             f"{len(self.regions)} edges"
@@ -437,36 +242,29 @@ class LocalCluster:
             self._start_edge(r)
         deadline = t0 + s.start_timeout_s
         pending_workers = set(range(self.n_workers))
-        watch = _ClearedWatch(self.bootstrap, self.topics.kv_events, marks)
+        watch = probes.ClearedWatch(self.bootstrap, self.topics.kv_events, marks)
         try:
             edges_up: set[str] = set()
             group_ok = False
             while True:
                 self._check_alive()
                 for w in sorted(pending_workers):
-                    if _healthy(self.worker_urls[w]):
+                    if probes.healthy(self.worker_urls[w]):
                         pending_workers.discard(w)
                         self._start_sidecar(w)
-                edges_up |= {
-                    r for r in self.regions if r not in edges_up and _healthy(self.edge_urls[r])
-                }
+                edges_up |= {r for r, url in self.edge_urls.items()
+                             if r not in edges_up and probes.healthy(url)}  # fmt: skip
                 watch.poll()
                 if not group_ok:
                     group_ok = self._group_size() >= s.n_maintenance
-                done = (
-                    not pending_workers
-                    and len(edges_up) == len(self.regions)
-                    and len(watch.cleared) == self.n_workers
-                    and group_ok
-                )
-                if done:
+                if (not pending_workers and len(edges_up) == len(self.regions)
+                        and len(watch.cleared) == self.n_workers and group_ok):  # fmt: skip
                     break
                 if time.monotonic() > deadline:
-                    waiting = (
-                        [f"worker-{w}" for w in sorted(pending_workers)]
-                        + [f"edge-{r}" for r in self.regions if r not in edges_up]
-                        + [f"sidecar-{w}" for w in range(self.n_workers) if w not in watch.cleared]
-                    )
+                    waiting = ([f"worker-{w}" for w in sorted(pending_workers)]
+                               + [f"edge-{r}" for r in self.regions if r not in edges_up]
+                               + [f"sidecar-{w}" for w in range(self.n_workers)
+                                  if w not in watch.cleared])  # fmt: skip
                     if not group_ok:
                         waiting += self._names("maintenance")
                     raise ClusterError(self._not_ready(waiting, s.start_timeout_s))
@@ -495,9 +293,9 @@ class LocalCluster:
         if self.broker is not None and self.broker.running_pid() is None:
             raise ClusterError(f"broker exited (log: {self.broker.log_file})")
 
-    def _not_ready(self, names: Iterable[str], timeout_s: float) -> str:
+    def _not_ready(self, names: list[str], timeout_s: float) -> str:
         parts = [f"not ready after {timeout_s:.0f} s: {', '.join(names)}"]
-        for n in list(names)[:3]:
+        for n in names[:3]:
             c = self.spawner.children.get(n)
             if c is not None:
                 parts.append(c.log_tail(25))
@@ -518,9 +316,7 @@ class LocalCluster:
             except Exception as exc:  # broker restarting: try again until the deadline
                 why = f"probe failed: {type(exc).__name__}: {exc}"
             if not why:
-                ev = sum(
-                    h for _, h in probes.watermarks(self.bootstrap, self.topics.kv_events).values()
-                )
+                ev = sum(probes.ends(self.bootstrap, self.topics.kv_events).values())
                 if ev == last_events:
                     return
                 last_events = ev
@@ -573,7 +369,7 @@ class LocalCluster:
             self.on_status(f"set_policy({policy!r}) skipped: EdgeConfig has no 'admin' field")
             return
         for r, url in self.edge_urls.items():
-            status, body = _http("POST", url + "/admin/policy", {"policy": policy}, 10.0)
+            status, body = probes.http("POST", url + "/admin/policy", {"policy": policy}, 10.0)
             if status != 200:
                 raise ClusterError(
                     f"edge {r}: POST /admin/policy {policy!r} -> {status}: {body[:300]!r}"
@@ -583,15 +379,13 @@ class LocalCluster:
         """``POST /flush_cache`` on every worker, then wait until every worker's ``CLEARED`` is in
         ``kv-events`` with nothing stored after it and the pipeline is quiescent (the index and
         every view are then empty). Stop the load first."""
-        marks = {
-            p: h for p, (_, h) in probes.watermarks(self.bootstrap, self.topics.kv_events).items()
-        }
+        marks = probes.ends(self.bootstrap, self.topics.kv_events)
         for w, url in self.worker_urls.items():
-            status, body = _http("POST", url + "/flush_cache", None, 10.0)
+            status, body = probes.http("POST", url + "/flush_cache", None, 10.0)
             if status != 200:
                 raise ClusterError(f"worker {w}: POST /flush_cache -> {status}: {body[:200]!r}")
         deadline = time.monotonic() + timeout_s
-        watch = _ClearedWatch(self.bootstrap, self.topics.kv_events, marks)
+        watch = probes.ClearedWatch(self.bootstrap, self.topics.kv_events, marks)
         try:
             while len(watch.cleared) < self.n_workers or watch.dirty:
                 if time.monotonic() > deadline:
@@ -621,13 +415,18 @@ class LocalCluster:
         self._wait_group(timeout_s)
 
     def _wait_group(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
         want = sum(self.spawner.children[n].alive() for n in self._names("maintenance"))
-        while self._group_size() < want:
+        self._poll_until(lambda: self._group_size() >= want, self._names("maintenance"), timeout_s)
+
+    def _poll_until(self, ready: Callable[[], bool], names: list[str], timeout_s: float) -> None:
+        """Poll ``ready`` until true; raise with the tails of ``names``' logs on a timeout or as
+        soon as any child dies unexpectedly."""
+        deadline = time.monotonic() + timeout_s
+        while not ready():
             self._check_alive()
             if time.monotonic() > deadline:
-                raise ClusterError(self._not_ready(self._names("maintenance"), timeout_s))
-            time.sleep(0.5)
+                raise ClusterError(self._not_ready(names, timeout_s))
+            time.sleep(0.3)
 
     def restart_edge(self, region: str, timeout_s: float = 120.0) -> None:
         """SIGTERM the edge of ``region`` (it drains and saves its view offsets), start it again
@@ -637,24 +436,24 @@ class LocalCluster:
         self.spawner.stop([name], timeout_s=30.0)
         self._start_edge(region)
         self._down.discard(name)
-        deadline = time.monotonic() + timeout_s
-        while not _healthy(self.edge_urls[region]):
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise ClusterError(self._not_ready([name], timeout_s))
-            time.sleep(0.2)
+        self._poll_until(lambda: probes.healthy(self.edge_urls[region]), [name], timeout_s)
 
-    def restart_broker(self, timeout_s: float = 120.0) -> None:
-        """Stop the broker (clean SIGTERM) and start it again on the same data; only when this
-        cluster started it. Waits until the maintenance group is whole again."""
+    def restart_broker(self, timeout_s: float = 120.0) -> dict[str, float]:
+        """Stop the broker (SIGTERM; ``LocalBroker.down`` SIGKILLs it after 30 s) and start it
+        again on the same data; only when this cluster started it. Waits until the maintenance
+        group is whole again. Returns seconds spent: ``down``, ``up`` (until the broker
+        serves), ``group`` (until every live maintenance process is a member again)."""
         if self.broker is None:
-            raise ClusterError(
-                "restart_broker: the broker was given (bootstrap_servers), "
-                "not started by this cluster"
-            )
+            raise ClusterError("restart_broker: the broker was given, not started here")
+        t0 = time.monotonic()
         self.broker.down()
+        t1 = time.monotonic()
+        self.on_status(f"broker down in {t1 - t0:.1f} s; starting it again")
         self.spawner.on_thread(lambda: self.broker.up(timeout_s=timeout_s))
+        t2 = time.monotonic()
+        self.on_status(f"broker up in {t2 - t1:.1f} s; waiting for the maintenance group")
         self._wait_group(timeout_s)
+        return {"down": t1 - t0, "up": t2 - t1, "group": time.monotonic() - t2}
 
     def drop_queue_vectors(self, seconds: float) -> None:
         """No queue vector reaches ``queue-vectors`` for ``seconds``: every sidecar is paused

@@ -263,8 +263,11 @@ def _edge_restart(c: LocalCluster, hold_s: float) -> str:
 
 
 def _broker_restart(c: LocalCluster, hold_s: float) -> str:
-    c.restart_broker()
-    return "broker SIGTERM, started again on its data"
+    took = c.restart_broker()
+    return (
+        f"broker stopped ({took['down']:.0f} s), started on its data ({took['up']:.0f} s), "
+        f"maintenance group whole ({took['group']:.0f} s)"
+    )
 
 
 def _queue_vectors_drop(c: LocalCluster, hold_s: float) -> str:

@@ -18,7 +18,10 @@ Must not: write to Kafka, to view files, or to any process.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -72,6 +75,11 @@ def watermarks(bootstrap: str, topic: str, timeout_s: float = 10.0) -> dict[int,
                 time.sleep(0.2)
     finally:
         c.close()
+
+
+def ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> end offset (high watermark) of ``topic`` now."""
+    return {p: high for p, (_, high) in watermarks(bootstrap, topic).items()}
 
 
 def group_lag(
@@ -303,3 +311,61 @@ def count_events(
 def _key_ops(b: Any) -> int:
     """Keys a run writes; a whole-field clear counts as one op."""
     return 1 if b.op is OpKind.CLEAR_FIELD else int(b.keys.size)
+
+
+def http(
+    method: str, url: str, body: dict[str, Any] | None = None, timeout_s: float = 2.0
+) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return int(r.status), r.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+def healthy(url: str) -> bool:
+    try:
+        return http("GET", url + "/health", timeout_s=1.0)[0] == 200
+    except (OSError, ValueError):
+        return False
+
+
+class ClearedWatch:
+    """Follows ``kv-events`` from given offsets; remembers, per worker, whether a ``CLEARED`` was
+    seen and whether anything was stored after it."""
+
+    def __init__(self, bootstrap: str, topic: str, start: dict[int, int]) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "log_level": 2,
+                "group.id": f"e2e-watch-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+        self.cleared: set[int] = set()
+        self.dirty: set[int] = set()
+        """Workers with a non-CLEARED event after their last CLEARED."""
+
+    def poll(self) -> None:
+        for m in self.consumer.consume(10_000, 0.2):
+            if m.error() is not None:
+                continue
+            try:
+                _, ev = CODEC.decode(m.value() or b"")
+                w, op = int(ev["worker_id"]), str(ev["op"])
+            except (ValueError, KeyError):
+                continue
+            if op == "CLEARED":
+                self.cleared.add(w)
+                self.dirty.discard(w)
+            else:
+                self.dirty.add(w)
+
+    def close(self) -> None:
+        self.consumer.close()

@@ -18,14 +18,18 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
+
+from pipeline.config import PipelineConfig
 
 _PR_SET_PDEATHSIG = 1
 T = TypeVar("T")
@@ -186,3 +190,45 @@ class Spawner:
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_ports(n: int, rng: random.Random | None = None) -> list[int]:
+    """``n`` distinct ports that are free now, chosen BELOW the kernel's ephemeral range.
+
+    Why not ``bind(0)``: that hands out an ephemeral port, and between choosing it and the child
+    binding it (an edge binds only after its views caught up, tens of seconds later) any outgoing
+    connection on this host may take it as its local port. Ports below the range are only ever
+    taken by an explicit bind."""
+    rng = rng or random.Random()
+    top = _ephemeral_start()
+    out: list[int] = []
+    for port in rng.sample(range(20_000, top), min(top - 20_000, 50 * n + 100)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        out.append(port)
+        if len(out) == n:
+            return out
+    raise ClusterError(f"no {n} free ports between 20000 and {top}")
+
+
+def child_env() -> dict[str, str]:
+    """The launcher's environment without what would override the flags we pass (the sidecars
+    and pipeline read ``KAFKA_BOOTSTRAP_SERVERS`` and ``KVCOMPASS_<field>`` over their flags)."""
+    pipeline_vars = {"KVCOMPASS_" + f.name.upper() for f in fields(PipelineConfig)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "KAFKA_BOOTSTRAP_SERVERS" and k not in pipeline_vars
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

@@ -1,0 +1,79 @@
+"""What each process of a ``LocalCluster`` is started with: its ``kvcompass`` command line, and
+the edge's TOML file.
+
+Owns only the mapping from a ``ClusterSpec`` and the cluster's layout (ports, URLs, paths) to the
+CLI's existing flags and ``EdgeConfig``'s TOML keys (``edge/config.py``). Pure: no I/O, no
+processes (``e2e.cluster`` writes and starts them).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvcompass.deployment import Deployment
+
+if TYPE_CHECKING:
+    from e2e.cluster import ClusterSpec as Spec
+
+
+def kvcompass(*args: str, **flags: Any) -> list[str]:
+    """``python -m kvcompass <args> --flag value ...`` (underscores become dashes)."""
+    argv = [sys.executable, "-m", "kvcompass", *args]
+    for name, value in flags.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
+def maintenance(spec: Spec, bootstrap: str) -> list[str]:
+    return kvcompass("pipeline", "worker", bootstrap=bootstrap, topic_prefix=spec.topic_prefix,
+                     n_shards=spec.n_shards, deployment=spec.deployment,
+                     loglevel="info")  # fmt: skip
+
+
+def worker(spec: Spec, dep: Deployment, w: int, port: int) -> list[str]:
+    """An emulated worker: the deployment's block size and its region's prefill rate; ZMQ on
+    free ports (advertised in ``/server_info`` for the sidecar)."""
+    beta = dep.regions[int(dep.worker_region[w])].prefill_ms_per_token
+    return kvcompass("worker", "emulate", host="127.0.0.1", port=port, model=spec.model,
+                     page_size=dep.block_size_tokens, vram_tokens=spec.vram_tokens,
+                     dram_tokens=spec.dram_tokens, events_endpoint="tcp://127.0.0.1:*",
+                     replay_endpoint="tcp://127.0.0.1:*", prefill_ms_per_token=beta,
+                     time_scale=spec.time_scale)  # fmt: skip
+
+
+def sidecar(spec: Spec, w: int, engine_url: str, bootstrap: str) -> list[str]:
+    return kvcompass("-v", "worker", "sidecar", worker_id=w, deployment=spec.deployment,
+                     model=spec.model, engine_url=engine_url, bootstrap_servers=bootstrap,
+                     topic_prefix=spec.topic_prefix,
+                     load_period_ms=spec.load_period_ms)  # fmt: skip
+
+
+def edge(region: str, config: Path) -> list[str]:
+    return kvcompass("-v", "edge", region=region, config=config)
+
+
+def _s(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string for these values
+
+
+def edge_toml(spec: Spec, region: str, port: int, view_dir: Path, workers: Mapping[int, str],
+              peers: Mapping[str, str], bootstrap: str, admin: bool) -> str:  # fmt: skip
+    """The edge's config: every worker, the other regions' edges as peers (cross-region forwards
+    relay through them), views in ``view_dir``, WAN delay scale = the workers' time scale.
+    ``admin``: this checkout's ``EdgeConfig`` has ``policy``/``admin`` (set them)."""
+    lines = ["[edge]", f"region = {_s(region)}", f"deployment = {_s(spec.deployment)}",
+             'host = "127.0.0.1"', f"port = {port}", f"model = {_s(spec.model)}",
+             f"view_dir = {_s(str(view_dir))}",
+             f"wan_delay_scale = {float(spec.time_scale)!r}"]  # fmt: skip
+    if admin:
+        lines += [f"policy = {_s(spec.edge_policy)}", "admin = true"]
+    lines += ["[workers]", *(f'"{w}" = {_s(u)}' for w, u in workers.items())]
+    lines += ["[peers]", *(f"{r} = {_s(u)}" for r, u in peers.items() if r != region)]
+    lines += ["[pipeline]", f"bootstrap_servers = {_s(bootstrap)}",
+              f"topic_prefix = {_s(spec.topic_prefix)}", f"n_shards = {spec.n_shards}",
+              ""]  # fmt: skip
+    return "\n".join(lines)
