@@ -18,6 +18,7 @@ Must not: write to Kafka, to view files, or to any process.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.error
@@ -28,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from kvcompass.deployment import Deployment
 from kvcompass.errors import InvalidInputError, ViewFileError
@@ -102,11 +103,27 @@ def group_lag(
 
 
 def group_members(bootstrap: str, group: str, timeout_s: float = 10.0) -> tuple[int, str]:
-    """(members, state name) of a consumer group."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
-    fut = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
-    desc = fut.result(timeout=timeout_s)
-    return len(desc.members), str(getattr(desc.state, "name", desc.state))
+    """(members, state) of a consumer group, e.g. ``(2, "Stable")``.
+
+    Through aiokafka's admin client, not confluent-kafka's: librdkafka aborts the whole process
+    (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed``) when a
+    coordinator-targeted admin request (DescribeConsumerGroups) meets a dropped connection, as
+    during a broker restart (librdkafka issue #4605, fix proposed in PR #5397; seen here)."""
+    return asyncio.run(asyncio.wait_for(_describe_group(bootstrap, group, timeout_s), timeout_s))
+
+
+async def _describe_group(bootstrap: str, group: str, timeout_s: float) -> tuple[int, str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000))  # fmt: skip
+    await admin.start()
+    try:
+        (resp,) = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    # DescribeGroupsResponse group: (error_code, group_id, state, protocol_type, protocol,
+    # members, ...)
+    g = resp.groups[0]
+    return len(g[5]), str(g[2])
 
 
 def view_offsets(view_dir: Path) -> dict[int, int]:
