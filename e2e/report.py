@@ -31,7 +31,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("hit_rate", "hit rate", "{:.0%}"),
     ("reuse_ratio", "reused", "{:.0%}"),
     ("cross_region_share", "x-region", "{:.1%}"),
-    ("cross_region_reuse", "x-region reuse", "{:.0f}"),
+    ("cross_region_reuse", "x-reuse", "{:.0f}"),
     ("failed", "failed", "{:.0f}"),
 )
 

@@ -95,7 +95,7 @@ def run_e2e(args: argparse.Namespace) -> int:
     from e2e.demo import DemoPlan, run_demo
     from edge.policies import POLICIES
 
-    console = Console()
+    console = Console(width=max(Console().width, 132))  # the comparison table needs ~130 columns
     policies = tuple(x.strip() for x in args.policies.split(",") if x.strip())
     unknown = [x for x in policies if x not in POLICIES]
     if unknown or not policies:
