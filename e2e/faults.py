@@ -345,6 +345,9 @@ def _run_one(
         res.error = f"{type(exc).__name__}: {exc}"
         res.fault_s = time.monotonic() - t0
     load.pause()
+    if cluster.broker is not None and cluster.broker.running_pid() is None:
+        res.error = (res.error or "") + "; the broker is down: checks skipped"
+        return res
     say(f"{name}: waiting for quiescence")
     t1 = time.monotonic()
     try:

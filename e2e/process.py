@@ -3,9 +3,10 @@
 Owns the life of every subprocess ``e2e.cluster`` starts: each runs in its own session (so a
 Ctrl-C in the terminal reaches only the launcher, which stops the children in its own order, and
 a signal to the child's group also reaches anything it forks), writes stdout+stderr to one log
-file (appended across restarts, with a ``=== start`` line per start), and gets SIGTERM from the
+file (appended across restarts, with a ``=== start`` line per start), and gets SIGKILL from the
 kernel if the launcher dies (``PR_SET_PDEATHSIG``), so even ``kill -9`` of the launcher leaves no
-orphan.
+orphan. SIGKILL, not SIGTERM: a Faust worker whose broker is gone too hangs in its SIGTERM
+shutdown forever (seen: an orphan after the launcher aborted). The orderly path is ``stop``.
 
 Why one spawner thread: the kernel sends the parent-death signal when the *thread* that forked
 the child exits, not the process. All forks therefore happen on one long-lived thread owned by
@@ -43,7 +44,7 @@ class ClusterError(RuntimeError):
 def _die_with_parent() -> None:
     # Runs in the forked child before exec.
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def tail(path: Path, lines: int = 40) -> str:
