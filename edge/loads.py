@@ -3,8 +3,13 @@
 Owns the poll loop (every ``loads_poll_period_ms``, the Δ of the local channel) that feeds
 ``Router.set_local_queues``. The estimate per worker is the region load reporter's
 (``workers.load_reporter.worker_queue_ms``: waiting uncached tokens × measured prefill ms/token),
-so the edge's live local reading and the vector other regions receive agree. A worker that does
-not answer keeps its previous reading (it ages; staleness is a metric). Must not route.
+so the edge's live local reading and the vector other regions receive agree. Each answer
+refreshes that worker's estimate at once (and clears the herding guard's pending work, which the
+reading now includes); a worker that does not answer in time keeps its previous estimate *and*
+its pending work, so it ages instead of being reset to a stale value (staleness is a metric).
+The timeout is ``max(3 Δ, 1 s)``: a busy host answers late, and a late reading is still
+better than none; slow polls never overlap (the next starts after the previous ends). Must not
+route.
 """
 
 from __future__ import annotations
@@ -40,14 +45,17 @@ class LocalLoads:
         except Exception as exc:  # any failure: keep the last reading, count it
             self.edge.service.metrics.inc("errors_total", type=f"loads-{type(exc).__name__}")
             return
-        if isinstance(report, dict):
-            self.values[i] = worker_queue_ms(report, self.beta)
+        if not isinstance(report, dict):
+            self.edge.service.metrics.inc("errors_total", type="loads-malformed")
+            return
+        q = worker_queue_ms(report, self.beta)
+        self.values[i] = q
+        svc = self.edge.service
+        svc.router.on_broadcast(svc.origin, [worker], [q], svc.clock_ms())
 
     async def poll_once(self) -> None:
-        period_s = max(self.edge.config.loads_poll_period_ms, 10.0) / 1000.0
-        await asyncio.gather(*(self._one(i, w, period_s) for i, w in enumerate(self.local)))
-        svc = self.edge.service
-        svc.router.set_local_queues(self.values, svc.clock_ms())
+        timeout_s = max(3.0 * self.edge.config.loads_poll_period_ms / 1000.0, 1.0)
+        await asyncio.gather(*(self._one(i, w, timeout_s) for i, w in enumerate(self.local)))
         self.polls += 1
 
     async def run(self, stop: asyncio.Event) -> None:
