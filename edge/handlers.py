@@ -156,11 +156,15 @@ async def _proxy(
     for i, w in enumerate(cands):
         if i:
             metrics.inc("retries_total")
+        if ex is not None:
+            st.service.dispatch(ex, w)
         try:
             resp = await st.forwarder.send(w, parsed.worker_path, payload, headers)
             worker = w
             break
         except ForwardError as err:
+            if ex is not None:
+                st.service.undispatch(w)
             metrics.inc("forward_failures_total", reason=err.reason)
             if ex is not None:
                 ex.attempts.append({"worker": w, "error": str(err)[:300]})

@@ -155,27 +155,41 @@ class EdgeService:
         hit = np.flatnonzero(rows == worker)
         return int(d.top_terms[hit[0], sc.TERM_MATCHED]) if hit.size else 0
 
-    def on_forward(
-        self, request_id: str, ex: Explained, worker: int, tokens: NDArray[np.int32]
-    ) -> None:
-        """The request is on its way to ``worker``: herding guard, hot prefixes, records."""
-        now = self.clock_ms()
+    def _as_sent(self, ex: Explained, worker: int) -> Decision:
+        """``ex``'s decision as if ``worker`` had won (the policy's claim and predicted work)."""
         d = ex.decision
         claimed = self.claimed_at(ex, worker)
         if ex.policy != "kvcompass" and self.policies is not None:
             service = self.policies.predicted_ms(worker, d.prompt_tokens, claimed)
-            d = d._replace(worker=worker, claimed_tokens=claimed, predicted_service_ms=service)
-        elif worker != d.worker:
-            d = d._replace(worker=worker, claimed_tokens=claimed)
-        ex.served_by = worker
-        self.router.on_forward(d, now)
+            return d._replace(worker=worker, claimed_tokens=claimed, predicted_service_ms=service)
+        if worker != d.worker:
+            return d._replace(worker=worker, claimed_tokens=claimed)
+        return d
+
+    def dispatch(self, ex: Explained, worker: int) -> None:
+        """About to send to ``worker``: count its work *now* (herding guard, in-flight), so the
+        requests decided while this one waits for its first byte — a whole prefill — see it."""
+        self.router.on_forward(self._as_sent(ex, worker), self.clock_ms())
         if self.policies is not None:
             self.policies.begin(worker)
+
+    def undispatch(self, worker: int) -> None:
+        """The send to ``worker`` failed (its predicted work ages out at the next refresh)."""
+        if self.policies is not None:
+            self.policies.end(worker)
+
+    def on_forward(
+        self, request_id: str, ex: Explained, worker: int, tokens: NDArray[np.int32]
+    ) -> None:
+        """``worker`` accepted the request (after ``dispatch``): hot prefixes, records."""
+        now = self.clock_ms()
+        ex.served_by = worker
         self.metrics.inc(
             "chosen_total", region=self.deployment.regions[self.worker_region[worker]].name,
             worker=worker,
         )  # fmt: skip
         if ex.policy == "kvcompass":  # baselines never ask for replicas
+            d = self._as_sent(ex, worker)
             for mig in self.router.observe(
                 ex.lookup.family_key, ex.lookup.match.matched_tokens, d, now
             ):

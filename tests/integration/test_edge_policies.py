@@ -156,3 +156,31 @@ def _lookup(app: Any, tokens: list[int]) -> tuple[Any, Any]:
     arr = np.asarray(tokens, np.int32)
     d, lk = app.service.discovery.decide(arr, 0.0)
     return lk, d
+
+
+def test_concurrent_requests_spread__work_counted_at_dispatch_not_at_first_byte(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: the herding guard must see a request's work when it is *sent*. Counting it
+    when the worker's response headers arrive (after its whole prefill) let every request
+    decided in the meantime pick the same idle-looking worker."""
+    import dataclasses
+
+    from workers.emulated.costs import EmulatedCosts
+
+    base = ec.worker_config
+    monkeypatch.setattr(
+        ec,
+        "worker_config",
+        lambda: dataclasses.replace(base(), costs=EmulatedCosts(time_scale=0.5)),
+    )
+
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us")  # two local workers, no loads polling
+            got = await asyncio.gather(
+                *(_served_by(client, ec.prompt(2000, 300 + i), f"h-{i}") for i in range(4))
+            )
+            assert sorted(got) == [0, 0, 1, 1], got
+
+    asyncio.run(scenario())
