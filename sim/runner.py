@@ -117,6 +117,11 @@ class Run:
         self._wants_responses = bool(getattr(cls, "wants_responses", False))
         self.rec = Record.empty(requests.n)
         self._region = deployment.worker_region.tolist()
+        # Per-request inputs as Python lists: the per-event paths read scalars, and a numpy
+        # scalar read costs several list reads.
+        self._origin = requests.origin.tolist()
+        self._arrival = requests.arrival_ms.tolist()
+        self._decode_ms = [self.cost.decode_ms(int(n)) for n in requests.output_len.tolist()]
         self._workers_of = [deployment.workers_of(r) for r in range(deployment.n_regions)]
         self._mig: list[tuple[int, float, float]] = []
         self.n_migrations = 0
@@ -165,14 +170,15 @@ class Run:
             self.loop.schedule(served.finish_ms, self._on_finish, (i, w, batch), PRIO_DELIVERY)
 
     def _record(self, i: int, w: int, at: float, s: Served) -> None:
-        rec, req = self.rec, self.requests
-        o = int(req.origin[i])
-        back = self.net.sample_ms(self._region[w], o)
-        ttft = s.finish_ms + back - float(req.arrival_ms[i])
+        rec = self.rec
+        back = self.net.sample_ms(self._region[w], self._origin[i])
+        arrival = self._arrival[i]
+        ttft = s.finish_ms + back - arrival
+        e2e = ttft + self._decode_ms[i]
         rec.arrive_worker_ms[i] = at
         rec.ttft_ms[i] = ttft
-        rec.e2e_ms[i] = ttft + self.cost.decode_ms(int(req.output_len[i]))
-        rec.done_ms[i] = float(req.arrival_ms[i]) + rec.e2e_ms[i]
+        rec.e2e_ms[i] = e2e
+        rec.done_ms[i] = arrival + e2e
         rec.reused[i] = s.reused_tokens
         rec.service_ms[i] = s.service_ms
         rec.queue_ms[i] = s.start_ms - at
@@ -185,7 +191,7 @@ class Run:
             return
         r = self._region[w]
         ws = self._workers_of[r]
-        o = int(self.requests.origin[i])
+        o = self._origin[i]
         lost = (
             self.config.queue_loss > 0 and r != o and self.net._uniform() < self.config.queue_loss
         )
@@ -196,7 +202,7 @@ class Run:
             worker=w,
             claimed_tokens=int(self.rec.claimed[i]),
             reused_tokens=int(self.rec.reused[i]),
-            arrive_ms=float(self.requests.arrival_ms[i]) + float(self.rec.ttft_ms[i]),
+            arrive_ms=self._arrival[i] + float(self.rec.ttft_ms[i]),
             sent_ms=at,
             region=r,
             region_workers=ws if not lost else ws[:0],

@@ -162,6 +162,25 @@ class NaiveLudoTable:
         return [self.d.get(k, 0) for k in keys.tolist()]
 
 
+def ludo_dirty_images(table: LudoTable) -> tuple[PatchBatch, list[int], list[int]]:
+    """What ``table._emit`` returns for pending non-header changes, the numpy way (read-only).
+
+    The images of the sorted dirty bucket and word lists, cut by ``batch_from_arrays``; also
+    the dirty lists themselves, which the kernel must leave cleared.
+    """
+    from kvcompass.ludo.patches import batch_from_arrays
+    from kvcompass.ludo.state import M_NB, M_NW
+
+    st = table._st
+    buckets = np.sort(st.blist[: st.meta[M_NB]]).astype(np.int64)
+    words = np.sort(st.wlist[: st.meta[M_NW]]).astype(np.int64)
+    batch = batch_from_arrays(
+        table.params, st.seeds, st.values, st.fps, st.locator, buckets, words,
+        header=False, commit=False,
+    )  # fmt: skip
+    return batch, buckets.tolist(), words.tolist()
+
+
 def ludo_table_invariants(table: LudoTable) -> list[str]:
     """Every structural invariant of the maintenance table, checked slowly; returns violations."""
     st = table._st  # test-only access to the kernels' arrays
@@ -304,6 +323,34 @@ def router_joint_score(
         service_ms=service,
         claimed=m[winner],
     )
+
+
+# =============================================================================================
+# kvcompass.router.queue_view — one refresh of the per-worker queue estimates (numpy)
+# =============================================================================================
+def queue_view_refresh(
+    arrays: tuple[NDArray[np.float64], ...],
+    ids: NDArray[np.int64],
+    values: NDArray[np.float64],
+    now_ms: float,
+    *,
+    ewma: bool,
+    weight: float,
+    eps: float,
+) -> None:
+    """``_refresh_kernel`` with numpy fancy indexing (the pre-kernel code, read-all-then-write).
+
+    ``arrays`` = (queue, pending, refreshed, idle_since), updated in place; inputs are valid.
+    """
+    queue, pending, refreshed, idle_since = arrays
+    if ewma:
+        old = queue[ids]
+        values = np.where(np.isfinite(refreshed[ids]), (1 - weight) * old + weight * values, values)
+    queue[ids] = values
+    pending[ids] = 0.0
+    refreshed[ids] = now_ms
+    idle = values <= eps
+    idle_since[ids] = np.where(idle, np.minimum(idle_since[ids], now_ms), np.inf)
 
 
 # =============================================================================================

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
@@ -138,6 +139,27 @@ class LudoTable:
             raise InvalidInputError(
                 f"set_bits: expected values < 2**32 for a 32-bit table, got {int(sets.max())}"
             )
+        return self._update(keys, clears, sets)
+
+    def update_unchecked(
+        self,
+        keys: NDArray[np.uint64],
+        clear_masks: NDArray[np.uint64],
+        set_bits: NDArray[np.uint64],
+    ) -> PatchBatch:
+        """``update`` without its input checks: the trusted path for a caller that validated.
+
+        Only for callers that guarantee what ``update`` checks: 1-D C-contiguous ``uint64``
+        arrays of one length, keys < 2**63, and set bits within the table's value bits.
+        ``ShardState.apply`` does (one njit pass over the ops; the layout fits every field in
+        its table's value bits). Anything else corrupts the table silently.
+        """
+        return self._update(keys, clear_masks, set_bits)
+
+    def _update(
+        self, keys: NDArray[np.uint64], clears: NDArray[np.uint64], sets: NDArray[np.uint64]
+    ) -> PatchBatch:
+        n = keys.shape[0]
         status, i = ops.update_batch(self._st, keys, clears, sets, 0, n)
         grown = False
         base_epoch = self._params.epoch
@@ -242,20 +264,79 @@ class LudoTable:
             return self.full_image()
         if header:
             words = np.arange(self._params.n_locator_words, dtype=np.int64)
-        else:
-            words = np.sort(st.wlist[: st.meta[M_NW]]).astype(np.int64)
-        buckets = np.sort(st.blist[: st.meta[M_NB]]).astype(np.int64)
-        self._reset_dirty()
-        if not header and buckets.shape[0] == 0 and words.shape[0] == 0:
-            return PatchBatch.empty(self._params)
-        return batch_from_arrays(
-            self._params,
+            buckets = np.sort(st.blist[: st.meta[M_NB]]).astype(np.int64)
+            self._reset_dirty()
+            return batch_from_arrays(
+                self._params,
+                st.seeds,
+                st.values,
+                st.fps,
+                st.locator,
+                buckets,
+                words,
+                header=header,
+                commit=False,
+            )
+        # The per-call path: one njit pass does the sorts, the copies and the dirty reset that
+        # ``batch_from_arrays`` + ``_reset_dirty`` do with ~15 numpy calls.
+        p = self._params
+        buckets, seeds, vals, fpv, words, wvals = _dirty_images(
+            st.bdirty,
+            st.blist,
+            st.wdirty,
+            st.wlist,
+            st.meta,
             st.seeds,
             st.values,
             st.fps,
             st.locator,
-            buckets,
-            words,
-            header=header,
-            commit=False,
+            p.value_words,
+            p.fp_bytes,
         )
+        if buckets.shape[0] == 0 and words.shape[0] == 0:
+            return PatchBatch.empty(p)
+        return PatchBatch(p, False, buckets, seeds, vals, fpv, words, wvals, False)
+
+
+@njit(cache=True)
+def _dirty_images(  # type: ignore[no-untyped-def]
+    bdirty, blist, wdirty, wlist, meta, seeds, values, fps, locator, value_words, fp_bytes
+):
+    """Images of the dirty buckets and words (ascending ids), then clear the dirty sets.
+
+    Exactly ``batch_from_arrays(..., sorted dirty lists)`` followed by ``_reset_dirty`` for a
+    batch without a header (the twin: ``tests/naive.py::ludo_dirty_images``).
+    """
+    nb = meta[M_NB]
+    nw = meta[M_NW]
+    buckets = np.sort(blist[:nb]).astype(np.int64)
+    words = np.sort(wlist[:nw]).astype(np.int64)
+    bseeds = np.empty(nb, np.uint8)
+    vals = np.empty((nb, 4), np.uint64)
+    fpv = np.zeros((nb, 4), np.uint16)
+    for i in range(nb):
+        b = buckets[i]
+        bseeds[i] = seeds[b]
+        bdirty[b] = 0
+        for s in range(4):
+            slot = 4 * b + s
+            if value_words == 1:
+                vals[i, s] = np.uint64(values[slot])
+            else:
+                vals[i, s] = np.uint64(values[2 * slot]) | (
+                    np.uint64(values[2 * slot + 1]) << np.uint64(32)
+                )
+            if fp_bytes == 1:
+                fpv[i, s] = np.uint16(fps[slot])
+            elif fp_bytes == 2:
+                fpv[i, s] = np.uint16(fps[2 * slot]) | (
+                    np.uint16(fps[2 * slot + 1]) << np.uint16(8)
+                )
+    wvals = np.empty(nw, np.uint64)
+    for i in range(nw):
+        wvals[i] = locator[words[i]]
+        wdirty[words[i]] = 0
+    meta[M_NB] = 0
+    meta[M_NW] = 0
+    meta[M_ALLW] = 0
+    return buckets, bseeds, vals, fpv, words, wvals

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
@@ -191,12 +192,50 @@ class LudoView:
         _check_array("word_ids", batch.word_ids, np.int64, (m,))
         _check_array("words", batch.words, np.uint64, (m,))
         p = self._params
+        problem = _batch_problem(
+            batch.bucket_ids,
+            p.n_buckets,
+            batch.word_ids,
+            p.n_locator_words,
+            batch.bucket_values,
+            p.value_bits == 32,
+            batch.bucket_fps,
+            p.fp_bits == 8,
+        )
+        if problem == 0:
+            return
         _check_ids("bucket_ids", batch.bucket_ids, p.n_buckets)
         _check_ids("word_ids", batch.word_ids, p.n_locator_words)
-        if p.value_bits == 32 and n and int(batch.bucket_values.max()) >> 32:
+        if problem == 3:
             raise InvalidInputError("bucket_values: expected values < 2**32 for 32-bit views")
-        if p.fp_bits == 8 and n and int(batch.bucket_fps.max()) > 0xFF:
-            raise InvalidInputError("bucket_fps: expected fingerprints < 256 for 8-bit views")
+        raise InvalidInputError("bucket_fps: expected fingerprints < 256 for 8-bit views")
+
+
+@njit(cache=True)
+def _batch_problem(  # type: ignore[no-untyped-def]
+    bucket_ids, n_buckets, word_ids, n_words, values, values_32, fps, fps_8
+):
+    """0, or the first failed check of ``_check_batch`` (1 bucket id, 2 word id, 3 value, 4 fp).
+
+    One pass instead of six numpy reductions: every patch an edge applies goes through here.
+    """
+    for i in range(bucket_ids.shape[0]):
+        if bucket_ids[i] < 0 or bucket_ids[i] >= n_buckets:
+            return 1
+    for i in range(word_ids.shape[0]):
+        if word_ids[i] < 0 or word_ids[i] >= n_words:
+            return 2
+    if values_32:
+        for i in range(values.shape[0]):
+            for j in range(values.shape[1]):
+                if values[i, j] >> np.uint64(32):
+                    return 3
+    if fps_8:
+        for i in range(fps.shape[0]):
+            for j in range(fps.shape[1]):
+                if fps[i, j] > 0xFF:
+                    return 4
+    return 0
 
 
 def _check_ids(name: str, ids: NDArray[np.int64], limit: int) -> None:

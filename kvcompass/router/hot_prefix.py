@@ -185,6 +185,8 @@ class HotPrefixTracker:
         now_ms: float,
     ) -> int:
         ok = self._local & idle_now & (matched_tokens == 0)
+        if not ok.any():
+            return -1  # the common case under load: no idle local worker without the prefix
         busy = list(self.in_flight(now_ms).values())
         if busy:
             ok[busy] = False

@@ -21,6 +21,11 @@ this edge's own traffic to r).
 
 The arrays may be views into the Router's packed score state (rows of one matrix), so the
 score kernel reads them without copying; this class only ever writes them in place.
+
+Every refresh (``set_local``, ``on_vector``) is one njit pass, ``_refresh_kernel``, that checks
+the values (and the ids and their region) and writes all four per-worker arrays: vectors arrive
+~600 times per simulated second at 8 regions, and the numpy version cost ~40 µs each. Checks stay
+on every call; on a failed check the readable validation below raises the error.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
@@ -130,8 +136,9 @@ class QueueView:
 
     def set_local(self, queue_ms: NDArray[np.float64], now_ms: float) -> None:
         """Live readings for the local workers (in ``local_workers`` order) replace estimates."""
-        values = _check_values(queue_ms, self._local_ids.shape[0], "local queue_ms")
-        self._refresh(self._local_ids, values, now_ms)
+        values = _as_vector(queue_ms, self._local_ids.shape[0], "local queue_ms")
+        if self._refresh(self._local_ids, values, now_ms, -1, ewma=False):
+            _check_values(values, values.shape[0], "local queue_ms")
         self.region_refreshed_ms[self.origin] = now_ms
 
     def on_vector(
@@ -147,23 +154,27 @@ class QueueView:
                 f"expected region in [0, {self.region_refreshed_ms.shape[0]}), got {region}"
             )
         ids = np.asarray(worker_ids, dtype=np.int64)
-        values = _check_values(queue_ms, ids.shape[0], f"queue vector of region {region}")
-        n = self.worker_region.shape[0]
-        if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= n)):
-            raise InvalidInputError(f"expected worker ids in [0, {n}), got {ids.tolist()}")
-        if ids.size and np.any(self.worker_region[ids] != region):
-            raise InvalidInputError(
-                f"expected workers of region {region}, got regions "
-                f"{self.worker_region[ids].tolist()} for ids {ids.tolist()}"
-            )
-        if region != self.origin:
-            w = self._config.queue_ewma_weight
-            old = self.queue_ms[ids]
-            values = np.where(
-                np.isfinite(self.refreshed_ms[ids]), (1 - w) * old + w * values, values
-            )
-        self._refresh(ids, values, now_ms)
+        what = f"queue vector of region {region}"
+        values = _as_vector(queue_ms, ids.shape[0] if ids.ndim == 1 else -1, what)
+        if ids.ndim != 1:
+            raise InvalidInputError(f"expected worker ids as a 1-d array, got shape {ids.shape}")
+        # EWMA for remote regions; a (local) vector of the edge's own region replaces.
+        if self._refresh(ids, values, now_ms, region, ewma=region != self.origin):
+            self._raise_vector_problem(region, ids, values)
         self.region_refreshed_ms[region] = now_ms
+
+    def _raise_vector_problem(
+        self, region: int, ids: NDArray[np.int64], values: NDArray[np.float64]
+    ) -> None:
+        """The readable checks behind a refused vector: raise the first problem found."""
+        _check_values(values, ids.shape[0], f"queue vector of region {region}")
+        n = self.worker_region.shape[0]
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            raise InvalidInputError(f"expected worker ids in [0, {n}), got {ids.tolist()}")
+        raise InvalidInputError(
+            f"expected workers of region {region}, got regions "
+            f"{self.worker_region[ids].tolist()} for ids {ids.tolist()}"
+        )
 
     def on_forward(self, worker: int, predicted_ms: float, now_ms: float) -> None:
         """This edge sent ``predicted_ms`` of prefill work to ``worker`` at ``now_ms``."""
@@ -186,14 +197,92 @@ class QueueView:
         at_zero = self.queue_ms + self.pending_ms <= eps
         return at_zero & (self.idle_since_ms <= now_ms - self._config.migration_idle_min_ms)
 
-    def _refresh(self, ids: NDArray[np.int64], values: NDArray[np.float64], now_ms: float) -> None:
-        self.queue_ms[ids] = values
-        self.pending_ms[ids] = 0.0
-        self.refreshed_ms[ids] = now_ms
-        idle = values <= self._config.idle_queue_eps_ms
-        self.idle_since_ms[ids] = np.where(
-            idle, np.minimum(self.idle_since_ms[ids], now_ms), np.inf
+    def _refresh(
+        self,
+        ids: NDArray[np.int64],
+        values: NDArray[np.float64],
+        now_ms: float,
+        region: int,
+        *,
+        ewma: bool,
+    ) -> bool:
+        """Fold ``values`` in for ``ids``; False if a check failed (then nothing was written).
+
+        ``region`` >= 0: every id must be a worker of that region. ``ewma``: blend with the
+        current estimate where one exists (weight ``queue_ewma_weight``), else replace.
+        """
+        cfg = self._config
+        status = _refresh_kernel(
+            self.queue_ms,
+            self.pending_ms,
+            self.refreshed_ms,
+            self.idle_since_ms,
+            self.worker_region,
+            ids,
+            values,
+            float(now_ms),
+            region,
+            ewma,
+            cfg.queue_ewma_weight,
+            cfg.idle_queue_eps_ms,
         )
+        return bool(status)
+
+
+@njit(cache=True)
+def _refresh_kernel(  # type: ignore[no-untyped-def]
+    queue,
+    pending,
+    refreshed,
+    idle_since,
+    worker_region,
+    ids,
+    values,
+    now,
+    region,
+    ewma,
+    w,
+    eps,
+):
+    """One refresh of ``ids`` (checked first; returns 1 and writes nothing on a bad input).
+
+    Reads every old value before writing any, so duplicate ids behave like numpy fancy
+    assignment (the last one wins); the arithmetic is the numpy version's, term for term.
+    """
+    n = ids.shape[0]
+    n_workers = worker_region.shape[0]
+    for i in range(n):
+        v = values[i]
+        if not np.isfinite(v) or v < 0:
+            return 1
+        r = ids[i]
+        if r < 0 or r >= n_workers:
+            return 1
+        if region >= 0 and worker_region[r] != region:
+            return 1
+    new_q = np.empty(n)
+    new_idle = np.empty(n)
+    for i in range(n):
+        r = ids[i]
+        v = values[i]
+        if ewma and np.isfinite(refreshed[r]):
+            v = (1 - w) * queue[r] + w * v
+        new_q[i] = v
+        new_idle[i] = min(idle_since[r], now) if v <= eps else np.inf
+    for i in range(n):
+        r = ids[i]
+        queue[r] = new_q[i]
+        pending[r] = 0.0
+        refreshed[r] = now
+        idle_since[r] = new_idle[i]
+    return 0
+
+
+def _as_vector(values: object, n: int, what: str) -> NDArray[np.float64]:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.shape != (n,):
+        raise InvalidInputError(f"expected {what} of shape ({n},), got {arr.shape}")
+    return arr
 
 
 def _check_values(values: NDArray[np.float64], n: int, what: str) -> NDArray[np.float64]:

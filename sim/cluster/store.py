@@ -57,10 +57,9 @@ class CacheStore:
         self.cap = np.array([vram_chunks, dram_chunks], dtype=np.int64)
         self.tick = np.zeros(n_workers, dtype=np.int64)
         out = 5 * max_chunks + 8
-        self.o_kind = np.zeros(out, dtype=np.int64)
-        self.o_chunk = np.zeros(out, dtype=np.int64)
-        self.o_depth = np.zeros(out, dtype=np.int64)
-        self.o_owner = np.zeros(out, dtype=np.int64)
+        # Rows of one block (kind, chunk, depth, owner): a caller copies ``o_rows[:, :n]`` once.
+        self.o_rows = np.zeros((4, out), dtype=np.int64)
+        self.o_kind, self.o_chunk, self.o_depth, self.o_owner = self.o_rows
 
     def _check(self, worker: int, chunks: NDArray[np.int64]) -> None:
         if not 0 <= worker < self.n_workers:

@@ -137,11 +137,7 @@ class Cluster:
     def _batch(self, worker: int, at_ms: float, n: int, stored_tier: int) -> CacheEventBatch | None:
         if n == 0:
             return None
-        st = self.store
-        kind = st.o_kind[:n].copy()
-        chunk = st.o_chunk[:n]
-        owners = st.o_owner[:n].copy()
-        depths = st.o_depth[:n].copy()
+        kind, chunk, depths, owners = self.store.o_rows[:, :n].copy()
         stored, removed = kind == k.STORED, kind == k.REMOVED
         keys = [_NO_KEYS] * 4
         if self.emit_keys:

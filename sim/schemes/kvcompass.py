@@ -79,6 +79,10 @@ class KVCompass(Scheme):
         self._prompt = req.prompt_len.tolist()
         self._key_offsets = req.key_offsets  # type: ignore[attr-defined]
         self._keys = req.keys  # type: ignore[attr-defined]
+        # Family key (the first key) of every request as a Python int; read only when the
+        # request has keys (a prompt shorter than every indexed length has none).
+        offs = np.minimum(self._key_offsets[:-1], max(self._keys.size - 1, 0))
+        self._family = self._keys[offs].tolist() if self._keys.size else [0] * req.n
         self._pending: list[Migration] = []
         self._table_arr = np.array(
             [layout.field_of(w)[0] for w in range(dep.n_workers)], dtype=np.int64
@@ -127,7 +131,7 @@ class KVCompass(Scheme):
         decision = router.choose(self._prompt[req], match.matched_tokens, match.tiers, now_ms)
         router.on_forward(decision, now_ms)
         if self.router_config.migration and keys.size:
-            family = int(self._keys[self._key_offsets[req]])
+            family = self._family[req]
             for m in router.observe(family, match.matched_tokens, decision, now_ms):
                 self.migrations_asked += 1
                 source = m.source_worker if m.source_worker >= 0 else None
@@ -147,7 +151,7 @@ class KVCompass(Scheme):
 
     # -- feedback -------------------------------------------------------------------------------
     def on_migration_done(self, mig: Migration, at_ms: float) -> None:
-        family = int(self._keys[self._key_offsets[mig.req]])
+        family = self._family[mig.req]
         self.routers[self._origin[mig.req]].complete_migration(family, at_ms)
 
     def on_response(self, resp: Response) -> None:
@@ -188,11 +192,18 @@ class KVCompass(Scheme):
         codes = np.where(kinds == 0, stored_code, _KIND_CODE[kinds])[item].astype(np.uint8)
         tables, fields = self._table_arr[w], self._field_arr[w]
         shard_of = (keys % np.uint64(self.index.n_shards)).astype(np.int64)
+        # One stable sort splits the ops by shard, each shard's ops in window order.
+        order = np.argsort(shard_of, kind="stable")
+        ends = np.cumsum(np.bincount(shard_of, minlength=self.index.n_shards)).tolist()
+        tables, keys, fields, codes = tables[order], keys[order], fields[order], codes[order]
         patches: list[ShardPatch] = []
-        for s, shard in enumerate(self.index.shards):
-            sel = shard_of == s
-            if sel.any():
-                patches += shard.apply(tables[sel], keys[sel], fields[sel], codes[sel])
+        start = 0
+        for shard, end in zip(self.index.shards, ends, strict=True):
+            if end > start:
+                patches += shard.apply(
+                    tables[start:end], keys[start:end], fields[start:end], codes[start:end]
+                )
+            start = end
         if not patches:
             return
         self.patch_batches += 1

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from kvcompass.errors import InvalidInputError
 from kvcompass.router import BroadcastSchedule, QueueView, RouterConfig, broadcast_targets
+from kvcompass.router.queue_view import _refresh_kernel
+from tests import naive
 
 from .conftest import PROMPT, WORKER_REGION, build_router, request
 
@@ -141,3 +143,53 @@ def test_persistently_idle__needs_the_configured_time_at_zero() -> None:
     assert idle == [True, False, True, True]  # 0.2 ms <= eps 0.5 counts as zero
     view.on_forward(2, 50.0, now_ms=600.0)
     assert view.persistently_idle(800.0)[:4].tolist() == [True, True, False, True]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.data(),
+    ewma=st.booleans(),
+    weight=st.floats(0.01, 1.0),
+    steps=st.integers(1, 6),
+)
+def test_refresh_kernel__matches_the_numpy_twin(
+    data: st.DataObject, ewma: bool, weight: float, steps: int
+) -> None:
+    n = 6
+    region = np.zeros(n, np.int64)
+    arrays = (np.zeros(n), np.full(n, 3.0), np.full(n, -np.inf), np.full(n, np.inf))
+    twin = tuple(a.copy() for a in arrays)
+    for step in range(steps):
+        ids = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=8)), np.int64)
+        values = np.array(
+            data.draw(
+                st.lists(
+                    st.sampled_from([0.0, 0.05, 0.1, 2.5, 40.0, 1e6]),
+                    min_size=ids.size,
+                    max_size=ids.size,
+                )
+            ),
+            np.float64,
+        )
+        now = 10.0 * step
+        status = _refresh_kernel(*arrays, region, ids, values, now, 0, ewma, weight, 0.1)
+        naive.queue_view_refresh(twin, ids, values, now, ewma=ewma, weight=weight, eps=0.1)
+        assert status == 0
+        for got, want in zip(arrays, twin, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_refresh_kernel__writes_nothing_when_a_check_fails() -> None:
+    region = np.array([0, 0, 1], np.int64)
+    arrays = (np.ones(3), np.ones(3), np.ones(3), np.ones(3))
+    bad_inputs = [
+        (np.array([0, 1]), np.array([1.0, np.nan]), -1),
+        (np.array([0, 3]), np.array([1.0, 2.0]), -1),
+        (np.array([0, 2]), np.array([1.0, 2.0]), 0),
+        (np.array([1]), np.array([-1.0]), 0),
+    ]
+    for ids, values, reg in bad_inputs:
+        status = _refresh_kernel(*arrays, region, ids, values, 5.0, reg, True, 0.5, 0.1)
+        assert status == 1
+        for a in arrays:
+            np.testing.assert_array_equal(a, np.ones(3))
