@@ -78,12 +78,15 @@ class ClusterSpec:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     load_period_ms: int = 200
     """Δ of the sidecars' load reporters (queue vectors)."""
+    stream_interval: int = 1
+    """Emulated workers' ``--stream-interval`` (tokens per streamed chunk after the first)."""
     start_timeout_s: float = 240.0
 
     def __post_init__(self) -> None:
         if not self.time_scale >= 0:
             raise ValueError(f"time_scale: expected >= 0, got {self.time_scale}")
-        for name in ("n_shards", "n_maintenance", "vram_tokens", "load_period_ms"):
+        for name in ("n_shards", "n_maintenance", "vram_tokens", "load_period_ms",
+                     "stream_interval"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if self.dram_tokens < 0:

@@ -42,7 +42,8 @@ def worker(spec: Spec, dep: Deployment, w: int, port: int) -> list[str]:
                      page_size=dep.block_size_tokens, vram_tokens=spec.vram_tokens,
                      dram_tokens=spec.dram_tokens, events_endpoint="tcp://127.0.0.1:*",
                      replay_endpoint="tcp://127.0.0.1:*", prefill_ms_per_token=beta,
-                     time_scale=spec.time_scale)  # fmt: skip
+                     time_scale=spec.time_scale,
+                     stream_interval=spec.stream_interval)  # fmt: skip
 
 
 def sidecar(spec: Spec, w: int, engine_url: str, bootstrap: str) -> list[str]:

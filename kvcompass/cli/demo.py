@@ -82,6 +82,7 @@ def _register_e2e(subparsers: Any) -> None:
     p.add_argument("--duration-s", type=float, default=30.0, help="model seconds per run")
     p.add_argument("--time-scale", type=float, default=0.5, help="wall seconds per model second")
     p.add_argument("--max-output-tokens", type=int, default=128)
+    p.add_argument("--stream-interval", type=int, default=16, help="tokens per streamed chunk")
     p.add_argument("--n-shards", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=run_e2e)
@@ -113,7 +114,7 @@ def run_e2e(args: argparse.Namespace) -> int:
         out_dir=out,
     )  # fmt: skip
     spec = ClusterSpec(deployment=args.deployment, time_scale=args.time_scale,
-                       n_shards=args.n_shards)  # fmt: skip
+                       n_shards=args.n_shards, stream_interval=args.stream_interval)  # fmt: skip
     note = (
         f"time scale {args.time_scale:g}: emulated workers and the edges' WAN delay run at "
         f"{args.time_scale:g} wall s per model s; every latency and rate is in model time"

@@ -159,6 +159,7 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
         events_endpoint=args.events_endpoint,
         replay_endpoint=args.replay_endpoint or None,
         events_topic=args.events_topic,
+        stream_interval=args.stream_interval,
         costs=EmulatedCosts(
             prefill_ms_per_token=args.prefill_ms_per_token,
             decode_ms_per_token=args.decode_ms_per_token,
@@ -238,6 +239,9 @@ def register(subparsers: Any) -> None:
     e.add_argument("--prefill-ms-per-token", type=float, default=0.085)
     e.add_argument("--decode-ms-per-token", type=float, default=10.0)
     e.add_argument("--time-scale", type=float, default=1.0, help="multiplies every sleep")
+    e.add_argument(
+        "--stream-interval", type=int, default=1, help="tokens per streamed chunk (SGLang's flag)"
+    )
     e.set_defaults(func=_cmd_emulate)
 
     s = actions.add_parser("sglang", help="start a real SGLang server with the sidecar beside it")

@@ -54,8 +54,12 @@ class Engine:
         costs: EmulatedCosts,
         publisher: EventPublisher,
         model: TinyLlama | None = None,
+        stream_interval: int = 1,
     ) -> None:
         self.cache = cache
+        self.stream_interval = max(int(stream_interval), 1)
+        """SGLang's ``--stream-interval``: a streamed response gets the first token at once, then
+        one chunk per this many tokens (cost-model decode also sleeps once per chunk)."""
         self.costs = costs
         self.publisher = publisher
         self.model = model
@@ -133,9 +137,14 @@ class Engine:
                 await asyncio.sleep(0)
             return
         seed = zlib.crc32(bytes(t & 0xFF for t in tokens[-64:]))
-        for i in range(max_new_tokens):
-            await asyncio.sleep(self.costs.sleep_s(self.costs.decode_ms_per_token))
-            yield 97 + (seed + 7 * i) % 26
+        i, group = 0, 1  # the first token alone (TTFT), then stream_interval at a time
+        while i < max_new_tokens:
+            k: int = min(group, max_new_tokens - i)
+            await asyncio.sleep(self.costs.sleep_s(self.costs.decode_ms_per_token * k))
+            for j in range(i, i + k):
+                yield 97 + (seed + 7 * j) % 26
+            i += k
+            group = self.stream_interval
 
     def export_kv(self, tokens: Sequence[int]) -> tuple[list[int], Tensor | None]:
         """Tokens and KV of the longest cached prefix of ``tokens`` (tiny-llama mode)."""

@@ -144,10 +144,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
         async def chunks() -> AsyncIterator[dict[str, Any]]:
             if max_new == 0:
                 yield {"text": "", "output_ids": [], "meta_info": _meta(rid, adm, 0, start, True)}
+            every = request.app[ENGINE].stream_interval
             async for t in steps:
                 out.append(t)
-                meta = _meta(rid, adm, len(out), start, len(out) == max_new)
-                yield {"text": detokenize(out), "output_ids": list(out), "meta_info": meta}
+                n = len(out)
+                if n == 1 or n == max_new or (n - 1) % every == 0:
+                    meta = _meta(rid, adm, n, start, n == max_new)
+                    yield {"text": detokenize(out), "output_ids": list(out), "meta_info": meta}
 
         return await _sse(request, chunks())
     out = [t async for t in steps]
@@ -208,11 +211,19 @@ async def openai(request: web.Request) -> web.StreamResponse:
         async def chunks() -> AsyncIterator[dict[str, Any]]:
             n = 0
             obj = kind + ".chunk" if chat else kind
+            every = request.app[ENGINE].stream_interval
+            pending: list[int] = []
             async for t in steps:
                 n += 1
-                c = choice(detokenize([t]), None, True)
+                pending.append(t)
+                if n == 1 or (n - 1) % every == 0:
+                    c = choice(detokenize(pending), None, True)
+                    pending = []
+                    yield {"id": cid, "object": obj, "created": created, "model": model,
+                           "choices": [c]}  # fmt: skip
+            if pending:
                 yield {"id": cid, "object": obj, "created": created, "model": model,
-                       "choices": [c]}  # fmt: skip
+                       "choices": [choice(detokenize(pending), None, True)]}  # fmt: skip
             yield {"id": cid, "object": obj, "created": created, "model": model,
                    "choices": [choice("", "length", True)], "usage": usage(n)}  # fmt: skip
 

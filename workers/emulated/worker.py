@@ -50,12 +50,17 @@ class EmulatedConfig:
     """Set: real KV tensors from a torch tiny Llama, CPU (the CLI's ``--model tiny-llama``)."""
     torch_threads: int = 1
     """torch intra-op threads in tiny-llama mode (process-wide)."""
+    stream_interval: int = 1
+    """SGLang's ``--stream-interval`` (default 1): streamed chunks carry this many tokens after
+    the first one. Larger values cut the per-token CPU of many emulated workers on one host."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port: expected 0..65535, got {self.port}")
         if self.replay_buffer_steps < 1:
             raise ConfigError(f"replay_buffer_steps: expected >= 1, got {self.replay_buffer_steps}")
+        if self.stream_interval < 1:
+            raise ConfigError(f"stream_interval: expected >= 1, got {self.stream_interval}")
         if self.torch_threads < 1:
             raise ConfigError(f"torch_threads: expected >= 1, got {self.torch_threads}")
 
@@ -89,7 +94,7 @@ class EmulatedWorker:
 
             torch.set_num_threads(c.torch_threads)
             model = TinyLlama(c.tiny_llama)
-        self.engine = Engine(cache, c.costs, self.publisher, model)
+        self.engine = Engine(cache, c.costs, self.publisher, model, c.stream_interval)
         replay = self.publisher.replay_endpoint
         self.info = ServerInfo(
             c.model,

@@ -1,0 +1,62 @@
+"""The emulated worker's ``stream_interval`` (SGLang's ``--stream-interval``): the first token
+is streamed alone (TTFT unchanged), then one chunk per ``stream_interval`` tokens, and the
+concatenated chunks equal the unstreamed answer, on ``/generate`` and ``/v1/completions``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+
+from workers.emulated.costs import EmulatedCosts
+from workers.emulated.worker import EmulatedConfig, EmulatedWorker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def _sse(s: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    async with s.post(url, json=body) as r:
+        assert r.status == 200, await r.text()
+        async for line in r.content:
+            data = line.strip()
+            if data.startswith(b"data:") and data[5:].strip() != b"[DONE]":
+                out.append(json.loads(data[5:]))
+    return out
+
+
+@pytest.mark.parametrize("interval", [1, 4])
+def test_stream_interval__first_token_alone_then_groups(interval: int) -> None:
+    cfg = EmulatedConfig(
+        model="m", port=0, events_endpoint="tcp://127.0.0.1:*", replay_endpoint=None,
+        costs=EmulatedCosts(time_scale=0.0), stream_interval=interval,
+    )  # fmt: skip
+
+    async def scenario() -> None:
+        async with EmulatedWorker(cfg) as w, aiohttp.ClientSession() as s:
+            body = {"input_ids": list(range(40)), "sampling_params": {"max_new_tokens": 10}}
+            async with s.post(w.url + "/generate", json=body) as r:
+                whole = await r.json()
+            chunks = await _sse(s, w.url + "/generate", {**body, "stream": True})
+            sizes = [len(c["output_ids"]) for c in chunks]
+            assert sizes == ([1, 5, 9, 10] if interval == 4 else list(range(1, 11)))
+            assert chunks[-1]["output_ids"] == whole["output_ids"]
+            assert chunks[-1]["meta_info"]["completion_tokens"] == 10
+            oa = {"model": "m", "prompt": "hello", "max_tokens": 10, "stream": True}
+            parts = await _sse(s, w.url + "/v1/completions", oa)
+            texts = [p["choices"][0]["text"] for p in parts if p["choices"][0]["text"]]
+            assert len(texts) == (4 if interval == 4 else 10)
+            async with s.post(w.url + "/v1/completions", json={**oa, "stream": False}) as r:
+                assert "".join(texts) == (await r.json())["choices"][0]["text"]
+
+    asyncio.run(scenario())
+
+
+def test_stream_interval__refused_below_one() -> None:
+    from kvcompass.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="stream_interval"):
+        EmulatedConfig(stream_interval=0)
