@@ -69,3 +69,51 @@ def test_events_replayed_into_block_table_match_cache_tiers__any_workload(
             b = table.get(n.block_hash)
             assert b is not None and b.tier is n.tier
     assert table.stats.orphan_blocks == 0 and table.stats.unknown_removed == 0
+
+
+class _ScanCache(PrefixCache):
+    """The readable twin of eviction: re-scan the tier for the policy's minimum eligible node
+    after every eviction (ties to the node that entered the tier first)."""
+
+    def _evict(self, keep: set[int]) -> list:  # type: ignore[type-arg]
+        from workers.emulated.cache import CPU, GPU
+        from workers.protocol import Removed
+
+        events: list = []  # type: ignore[type-arg]
+        for tier, limit in ((Tier.VRAM, self.vram_pages), (Tier.DRAM, self.dram_pages)):
+            while len(self._tier_nodes[tier]) > limit:
+                cands = [
+                    n
+                    for n in self._tier_nodes[tier].values()
+                    if id(n) not in keep and self._eligible(n, tier)
+                ]
+                if not cands:
+                    break
+                node = min(cands, key=lambda n: (self._rank(n), n.seq))
+                if tier is Tier.VRAM and self.dram_pages > 0:
+                    events += [self._stored([node], CPU), Removed((node.block_hash,), GPU)]
+                    self._set_tier(node, Tier.DRAM)
+                else:
+                    events.append(Removed((node.block_hash,), GPU if tier is Tier.VRAM else CPU))
+                    self._drop(node)
+        return events
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prompts=st.lists(st.lists(st.integers(0, 3), min_size=0, max_size=40), min_size=1, max_size=30),
+    vram=st.integers(1, 6),
+    dram=st.integers(0, 8),
+    policy=st.sampled_from(["lru", "lfu"]),
+)
+def test_heap_eviction__same_events_as_rescanning_twin(
+    prompts: list[list[int]], vram: int, dram: int, policy: str
+) -> None:
+    fast, twin = (
+        PrefixCache(4, 4 * vram, 4 * dram, policy),
+        _ScanCache(4, 4 * vram, 4 * dram, policy),
+    )
+    for p in prompts:
+        a, b = fast.admit(p), twin.admit(p)
+        assert a.events == b.events
+        assert (a.device_hit_tokens, a.host_hit_tokens) == (b.device_hit_tokens, b.host_hit_tokens)
