@@ -35,6 +35,7 @@ Must not: change what the processes do (only flags and config files the CLI alre
 from __future__ import annotations
 
 import atexit
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -376,10 +377,36 @@ class LocalCluster:
                     f"edge {r}: POST /admin/policy {policy!r} -> {status}: {body[:300]!r}"
                 )
 
+    def wait_workers_idle(self, timeout_s: float = 60.0) -> None:
+        """Until every worker's ``/v1/loads`` shows nothing running or waiting (bounded)."""
+        deadline = time.monotonic() + timeout_s
+        busy: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            busy = {}
+            for w, url in self.worker_urls.items():
+                try:
+                    status, body = probes.http("GET", url + "/v1/loads", None, 5.0)
+                    loads = json.loads(body)["loads"] if status == 200 else []
+                except (OSError, ValueError, KeyError):
+                    busy[w] = -1
+                    continue
+                n = sum(int(x.get("num_running_reqs", 0)) + int(x.get("num_waiting_reqs", 0))
+                        for x in loads)  # fmt: skip
+                if n:
+                    busy[w] = n
+            if not busy:
+                return
+            time.sleep(0.5)
+        raise ClusterError(f"workers not idle after {timeout_s:.0f} s (requests per worker, "
+                           f"-1 = no answer): {busy}")  # fmt: skip
+
     def flush_caches(self, timeout_s: float = 60.0) -> None:
         """``POST /flush_cache`` on every worker, then wait until every worker's ``CLEARED`` is in
         ``kv-events`` with nothing stored after it and the pipeline is quiescent (the index and
-        every view are then empty). Stop the load first."""
+        every view are then empty). Stop the load first; requests a client gave up on may still
+        run in the workers (an engine does not abort a queued request when its client leaves),
+        so this waits, bounded, until every worker is idle before flushing."""
+        self.wait_workers_idle(timeout_s)
         marks = probes.ends(self.bootstrap, self.topics.kv_events)
         for w, url in self.worker_urls.items():
             status, body = probes.http("POST", url + "/flush_cache", None, 10.0)

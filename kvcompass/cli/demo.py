@@ -83,6 +83,10 @@ def _register_e2e(subparsers: Any) -> None:
     p.add_argument("--time-scale", type=float, default=0.5, help="wall seconds per model second")
     p.add_argument("--max-output-tokens", type=int, default=128)
     p.add_argument("--stream-interval", type=int, default=16, help="tokens per streamed chunk")
+    # RTX 5090 (32 GB) with Llama-3.1-8B BF16: ~12 GB of KV at 128 KiB/token ≈ 96K tokens;
+    # HiCache's default host pool is 2x the device pool.
+    p.add_argument("--vram-tokens", type=int, default=98_304, help="KV capacity per worker")
+    p.add_argument("--dram-tokens", type=int, default=196_608, help="host KV capacity per worker")
     p.add_argument("--n-shards", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=run_e2e)
@@ -114,7 +118,8 @@ def run_e2e(args: argparse.Namespace) -> int:
         out_dir=out,
     )  # fmt: skip
     spec = ClusterSpec(deployment=args.deployment, time_scale=args.time_scale,
-                       n_shards=args.n_shards, stream_interval=args.stream_interval)  # fmt: skip
+                       n_shards=args.n_shards, stream_interval=args.stream_interval,
+                       vram_tokens=args.vram_tokens, dram_tokens=args.dram_tokens)  # fmt: skip
     note = (
         f"time scale {args.time_scale:g}: emulated workers and the edges' WAN delay run at "
         f"{args.time_scale:g} wall s per model s; every latency and rate is in model time"
