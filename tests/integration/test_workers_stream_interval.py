@@ -60,3 +60,27 @@ def test_stream_interval__refused_below_one() -> None:
 
     with pytest.raises(ConfigError, match="stream_interval"):
         EmulatedConfig(stream_interval=0)
+
+
+def test_loads__prefill_in_progress_counts_its_remaining_tokens() -> None:
+    """An engine in the middle of a long prefill with an empty queue is not idle: ``/v1/loads``
+    reports the tokens it has not prefilled yet, and 0 once it is done."""
+    cfg = EmulatedConfig(
+        model="m", port=0, events_endpoint="tcp://127.0.0.1:*", replay_endpoint=None,
+        costs=EmulatedCosts(time_scale=1.0, decode_ms_per_token=0.0),
+    )  # fmt: skip
+
+    async def scenario() -> None:
+        async with EmulatedWorker(cfg) as w, aiohttp.ClientSession() as s:
+            body = {"input_ids": list(range(8000)), "sampling_params": {"max_new_tokens": 1}}
+            task = asyncio.create_task(s.post(w.url + "/generate", json=body))
+            await asyncio.sleep(0.2)  # 8000 tokens x 0.085 ms = 680 ms of prefill
+            async with s.get(w.url + "/v1/loads") as r:
+                mid = (await r.json())["loads"][0]
+            assert mid["num_waiting_reqs"] == 0
+            assert 0 < mid["num_waiting_uncached_tokens"] < 8000
+            (await task).release()
+            async with s.get(w.url + "/v1/loads") as r:
+                assert (await r.json())["loads"][0]["num_waiting_uncached_tokens"] == 0
+
+    asyncio.run(scenario())

@@ -65,6 +65,8 @@ class Engine:
         self.model = model
         self.loads = Loads()
         self._gpu = asyncio.Lock()
+        self._in_prefill: tuple[int, float, float] | None = None
+        """(uncached tokens, perf_counter start, wall seconds) of the prefill in progress."""
         self._kv: dict[int, Tensor] = {}  # tiny-llama: prompt KV of running requests, by id(adm)
 
     def _compute(self, tokens: Sequence[int], adm: Admission) -> tuple[Admission, float]:
@@ -103,6 +105,7 @@ class Engine:
             adm = self.cache.admit(tokens)
             uncached = adm.prompt_tokens - adm.cached_tokens
             model_ms = self.costs.prefill_ms(uncached, adm.host_hit_tokens)
+            self._in_prefill = (uncached, time.perf_counter(), self.costs.sleep_s(model_ms))
             if adm.events:  # the cache already changed: publish even if the client goes away
                 await self.publisher.publish(adm.events)
             if self.model is not None and tokens:
@@ -113,7 +116,21 @@ class Engine:
             loads.prefill_uncached_tokens += uncached
             return adm
         finally:
+            self._in_prefill = None
             self._gpu.release()
+
+    def waiting_uncached_tokens(self) -> int:
+        """Tokens not yet prefilled: the queue's, plus what remains of the prefill in progress
+        (pro rata of its time). SGLang keeps a chunked prefill in its waiting state until its
+        last chunk, so its remaining tokens count as waiting there too; leaving them out made an
+        engine in the middle of a long prefill report an empty queue."""
+        n = self.loads.waiting_uncached_tokens
+        cur = self._in_prefill
+        if cur is not None:
+            uncached, started, duration_s = cur
+            done = (time.perf_counter() - started) / duration_s if duration_s > 0 else 1.0
+            n += int(uncached * max(0.0, 1.0 - done))
+        return n
 
     def done(self, adm: Admission | None = None) -> None:
         """The request admitted by ``prefill`` finished (or failed)."""

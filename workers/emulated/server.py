@@ -249,7 +249,7 @@ async def loads(request: web.Request) -> web.Response:
                     "dp_rank": 0,
                     "num_running_reqs": ld.running,
                     "num_waiting_reqs": ld.waiting,
-                    "num_waiting_uncached_tokens": ld.waiting_uncached_tokens,
+                    "num_waiting_uncached_tokens": engine.waiting_uncached_tokens(),
                     "num_used_tokens": used,
                     "max_total_num_tokens": cap,
                     "token_usage": used / cap if cap else 0.0,
