@@ -54,6 +54,8 @@ class DemoPlan:
     """Model seconds of arrivals per run (requests = rate × duration)."""
     time_scale: float = 1.0
     max_output_tokens: int = 128
+    drain_timeout_s: float = 600.0
+    """How long a run's leftovers may keep the workers busy before the next run."""
     origins: str = "workers"
     seed: int = 1
     out_dir: Path = Path("demo-out")
@@ -83,13 +85,17 @@ def run_demo(
     plan: DemoPlan,
     cluster_factory: Callable[[], Any],
     console: Console,
+    rows: list[dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run every (workload, rate, policy); return the result rows and the end-of-run checks."""
+    """Run every (workload, rate, policy); return the result rows and the end-of-run checks.
+
+    Rows are appended to ``rows`` as runs finish, so a caller keeps them if a later run fails.
+    """
     dep = load_deployment(plan.deployment)
     worker_region = np.asarray(dep.worker_region, dtype=np.int64)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     runs = workloads(plan)
-    rows: list[dict[str, Any]] = []
+    rows = [] if rows is None else rows
     checks: dict[str, Any] = {}
     region_names = [r.name for r in dep.regions]
     with cluster_factory() as cluster:
@@ -106,7 +112,9 @@ def run_demo(
                     label = f"{name} @ {rate:g} req/s, {policy}"
                     task = progress.add_task(label, total=len(wl))
                     cluster.set_policy(policy)
-                    cluster.flush_caches()
+                    # A hot-spotted policy leaves abandoned requests queued in its workers (the
+                    # client timed out); they drain before the next run starts cold.
+                    cluster.flush_caches(timeout_s=plan.drain_timeout_s)
                     gen = LoadGenerator(
                         wl, urls, time_scale=plan.time_scale,
                         max_output_tokens=plan.max_output_tokens,

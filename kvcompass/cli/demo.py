@@ -127,9 +127,17 @@ def run_e2e(args: argparse.Namespace) -> int:
     console.rule("KVCompass end-to-end demo")
     console.print(note)
     started = time.perf_counter()
-    rows, checks = run_demo(
-        plan, lambda: LocalCluster(spec, out / "run", on_status=console.print), console
-    )
+    rows: list[dict[str, Any]] = []
+    try:
+        rows, checks = run_demo(
+            plan, lambda: LocalCluster(spec, out / "run", on_status=console.print), console, rows
+        )
+    except Exception:
+        if rows:  # keep what finished
+            report.write_json(out / "demo.partial.json", {"error": "see the traceback"}, rows)
+            console.print(f"[red]demo failed; {len(rows)} finished runs in "
+                          f"{out / 'demo.partial.json'}[/]")  # fmt: skip
+        raise
     title = f"{args.deployment}: every policy on the same requests ({note})"
     report.print_table(console, rows, title)
     meta = {"deployment": args.deployment, "time_scale": args.time_scale,
