@@ -378,7 +378,7 @@ class LocalCluster:
                 )
 
     def wait_workers_idle(self, timeout_s: float = 60.0) -> None:
-        """Until every worker's ``/v1/loads`` shows nothing running or waiting (bounded)."""
+        """Until no worker's ``/v1/loads`` shows a request waiting or prefilling (bounded)."""
         deadline = time.monotonic() + timeout_s
         busy: dict[int, int] = {}
         while time.monotonic() < deadline:
@@ -390,8 +390,8 @@ class LocalCluster:
                 except (OSError, ValueError, KeyError):
                     busy[w] = -1
                     continue
-                n = sum(int(x.get("num_running_reqs", 0)) + int(x.get("num_waiting_reqs", 0))
-                        for x in loads)  # fmt: skip
+                n = sum(int(x.get("num_waiting_reqs", 0)) + int(x.get("num_waiting_uncached_tokens",
+                        0) > 0) for x in loads)  # fmt: skip
                 if n:
                     busy[w] = n
             if not busy:

@@ -84,3 +84,31 @@ def test_loads__prefill_in_progress_counts_its_remaining_tokens() -> None:
                 assert (await r.json())["loads"][0]["num_waiting_uncached_tokens"] == 0
 
     asyncio.run(scenario())
+
+
+def test_client_leaving_mid_stream__request_no_longer_counted_as_running() -> None:
+    cfg = EmulatedConfig(
+        model="m", port=0, events_endpoint="tcp://127.0.0.1:*", replay_endpoint=None,
+        costs=EmulatedCosts(time_scale=1.0, decode_ms_per_token=10.0),
+    )  # fmt: skip
+
+    async def running(s: aiohttp.ClientSession, url: str) -> int:
+        async with s.get(url + "/v1/loads") as r:
+            return int((await r.json())["loads"][0]["num_running_reqs"])
+
+    async def scenario() -> None:
+        async with EmulatedWorker(cfg) as w, aiohttp.ClientSession() as s:
+            body = {"input_ids": list(range(64)), "sampling_params": {"max_new_tokens": 500},
+                    "stream": True}  # fmt: skip
+            async with aiohttp.ClientSession() as leaving:
+                r = await leaving.post(w.url + "/generate", json=body)
+                await r.content.readline()  # the first chunk arrived; then the client leaves
+                assert await running(s, w.url) == 1
+                r.close()
+            for _ in range(100):  # noticed at the next chunk write (16-token chunks: ~0.2 s)
+                if await running(s, w.url) == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert await running(s, w.url) == 0
+
+    asyncio.run(scenario())

@@ -104,19 +104,42 @@ async def _sse(request: web.Request, chunks: AsyncIterator[dict[str, Any]]) -> w
     return resp
 
 
-async def _run(
-    engine: Engine, tokens: list[int], max_new: int
-) -> tuple[Admission, AsyncIterator[int]]:
+class _Steps:
+    """A request's decode steps; ``aclose`` marks the request done even if never iterated (a
+    client that left before its first chunk), so the running count never leaks."""
+
+    def __init__(self, gen: AsyncIterator[int], finish: Any) -> None:
+        self._gen = gen
+        self._finish = finish
+
+    def __aiter__(self) -> AsyncIterator[int]:
+        return self._gen
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._gen, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        self._finish()
+
+
+async def _run(engine: Engine, tokens: list[int], max_new: int) -> tuple[Admission, _Steps]:
     adm = await engine.prefill(tokens)
+    finished = False
+
+    def finish() -> None:
+        nonlocal finished
+        if not finished:
+            finished = True
+            engine.done(adm)
 
     async def steps() -> AsyncIterator[int]:
         try:
             async for t in engine.decode(tokens, max_new, adm):
                 yield t
         finally:
-            engine.done(adm)
+            finish()
 
-    return adm, steps()
+    return adm, _Steps(steps(), finish)
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
@@ -152,7 +175,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
                     meta = _meta(rid, adm, n, start, n == max_new)
                     yield {"text": detokenize(out), "output_ids": list(out), "meta_info": meta}
 
-        return await _sse(request, chunks())
+        try:
+            return await _sse(request, chunks())
+        finally:  # a client that left mid-stream: the request is done (running count, KV)
+            await steps.aclose()
     out = [t async for t in steps]
     meta = _meta(rid, adm, len(out), start, True)
     body_out = {"text": detokenize(out), "output_ids": out, "meta_info": meta}
@@ -227,7 +253,10 @@ async def openai(request: web.Request) -> web.StreamResponse:
             yield {"id": cid, "object": obj, "created": created, "model": model,
                    "choices": [choice("", "length", True)], "usage": usage(n)}  # fmt: skip
 
-        return await _sse(request, chunks())
+        try:
+            return await _sse(request, chunks())
+        finally:  # a client that left mid-stream: the request is done (running count, KV)
+            await steps.aclose()
     out = [t async for t in steps]
     return web.json_response(
         {"id": cid, "object": kind, "created": created, "model": model,
