@@ -95,7 +95,9 @@ def _answer(edge: EdgeApp, tokens: list[int]) -> tuple[int, list[int], list[int]
 
 
 async def _until(pred: Any, what: str, show: Any = None) -> None:
-    for _ in range(600):  # bounded: ~30 s (a loaded 2-vCPU machine can be slow)
+    # Bounded: ~60 s. A clean clone compiles every numba kernel on first use (cache=True fills
+    # the on-disk cache), on a loaded 2-vCPU machine; one CI run took over 30 s here.
+    for _ in range(1200):
         if pred():
             return
         await asyncio.sleep(0.05)
