@@ -95,8 +95,8 @@ def _answer(edge: EdgeApp, tokens: list[int]) -> tuple[int, list[int], list[int]
 
 
 async def _until(pred: Any, what: str, show: Any = None) -> None:
-    # Bounded: ~60 s. A clean clone compiles every numba kernel on first use (cache=True fills
-    # the on-disk cache), on a loaded 2-vCPU machine; one CI run took over 30 s here.
+    # Bounded: ~60 s. One clean-clone CI run waited over 30 s here (cause not established; a
+    # clean clone compiles every numba kernel on first use, on a loaded 2-vCPU machine).
     for _ in range(1200):
         if pred():
             return
