@@ -39,7 +39,6 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,58 +47,13 @@ from confluent_kafka.admin import AdminClient
 from e2e import commands, probes
 from e2e.probes import EventCount, ViewCheck
 from e2e.process import Child, ClusterError, Spawner, child_env, free_ports
+from e2e.spec import ClusterSpec
 from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import Deployment
 from pipeline.config import PipelineConfig
 from pipeline.kafka_local import BrokerError
 
 __all__ = ["ClusterError", "ClusterSpec", "EventCount", "LocalCluster", "ViewCheck"]
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSpec:
-    """What to start. Units in the names; validated on construction."""
-
-    deployment: str = "paper-testbed-14x3"
-    """Built-in name or deployment TOML path (paper-testbed-14x3: us 8, eu 2, asia 4 workers)."""
-    time_scale: float = 1.0
-    """Emulated workers' sleep scale; the edges' ``wan_delay_scale`` is set equal."""
-    n_shards: int = 4
-    n_maintenance: int = 2
-    """Maintenance (Faust) processes, one app id: Kafka splits the shards between them."""
-    base_port: int = 0
-    """0: free ports; else edges base+i, workers base+10+w, broker base+100 (+101 controller)."""
-    vram_tokens: int = 32_768
-    """Per emulated worker; small enough that a demo load evicts and moves pages to DRAM."""
-    dram_tokens: int = 131_072
-    edge_policy: str = "kvcompass"
-    bootstrap_servers: str | None = None
-    """None: start a local broker (``pipeline.kafka_local``) in ``run_dir/broker``."""
-    topic_prefix: str = ""
-    model: str = "meta-llama/Llama-3.1-8B-Instruct"
-    load_period_ms: int = 200
-    """Δ of the sidecars' load reporters (queue vectors)."""
-    stream_interval: int = 1
-    """Emulated workers' ``--stream-interval`` (tokens per streamed chunk after the first)."""
-    start_timeout_s: float = 240.0
-
-    def __post_init__(self) -> None:
-        if not self.time_scale >= 0:
-            raise ValueError(f"time_scale: expected >= 0, got {self.time_scale}")
-        for name in ("n_shards", "n_maintenance", "vram_tokens", "load_period_ms",
-                     "stream_interval"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
-        if self.dram_tokens < 0:
-            raise ValueError(f"dram_tokens: expected >= 0, got {self.dram_tokens}")
-        if self.base_port and not 1024 <= self.base_port <= 65535 - 200:
-            raise ValueError(f"base_port: expected 0 or 1024..65335, got {self.base_port}")
-
-
-def _edge_fields() -> set[str]:
-    from edge.config import EdgeConfig
-
-    return {f.name for f in fields(EdgeConfig)}
 
 
 class LocalCluster:
@@ -134,7 +88,6 @@ class LocalCluster:
         self.spawner = Spawner()
         self.startup_s: float | None = None
         """Seconds from ``start()`` to every process ready and the pipeline quiescent."""
-        self.edge_admin = "admin" in _edge_fields()
         self._env = child_env()
         self._started = False
         self._down: set[str] = set()
@@ -168,7 +121,6 @@ class LocalCluster:
         text = commands.edge_toml(
             self.spec, region, int(self.edge_urls[region].rsplit(":", 1)[1]),
             self.view_dir(region), self.worker_urls, self.edge_urls, self.bootstrap,
-            self.edge_admin,
         )  # fmt: skip
         (self.run_dir / f"edge-{region}.toml").write_text(text, encoding="utf-8")
 
@@ -365,11 +317,7 @@ class LocalCluster:
     # -- control -----------------------------------------------------------------------------
 
     def set_policy(self, policy: str) -> None:
-        """``POST /admin/policy`` on every edge (skipped when this checkout's edge has no admin
-        endpoint)."""
-        if not self.edge_admin:
-            self.on_status(f"set_policy({policy!r}) skipped: EdgeConfig has no 'admin' field")
-            return
+        """``POST /admin/policy`` on every edge (their TOML sets ``admin = true``)."""
         for r, url in self.edge_urls.items():
             status, body = probes.http("POST", url + "/admin/policy", {"policy": policy}, 10.0)
             if status != 200:

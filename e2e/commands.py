@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kvcompass.deployment import Deployment
 
 if TYPE_CHECKING:
-    from e2e.cluster import ClusterSpec as Spec
+    from e2e.spec import ClusterSpec as Spec
 
 
 def kvcompass(*args: str, **flags: Any) -> list[str]:
@@ -62,16 +62,15 @@ def _s(value: str) -> str:
 
 
 def edge_toml(spec: Spec, region: str, port: int, view_dir: Path, workers: Mapping[int, str],
-              peers: Mapping[str, str], bootstrap: str, admin: bool) -> str:  # fmt: skip
+              peers: Mapping[str, str], bootstrap: str) -> str:  # fmt: skip
     """The edge's config: every worker, the other regions' edges as peers (cross-region forwards
-    relay through them), views in ``view_dir``, WAN delay scale = the workers' time scale.
-    ``admin``: this checkout's ``EdgeConfig`` has ``policy``/``admin`` (set them)."""
+    relay through them), views in ``view_dir``, WAN delay scale = the workers' time scale, the
+    spec's policy, and ``admin = true`` (the launcher switches policies live)."""
     lines = ["[edge]", f"region = {_s(region)}", f"deployment = {_s(spec.deployment)}",
              'host = "127.0.0.1"', f"port = {port}", f"model = {_s(spec.model)}",
              f"view_dir = {_s(str(view_dir))}",
-             f"wan_delay_scale = {float(spec.time_scale)!r}"]  # fmt: skip
-    if admin:
-        lines += [f"policy = {_s(spec.edge_policy)}", "admin = true"]
+             f"wan_delay_scale = {float(spec.time_scale)!r}",
+             f"policy = {_s(spec.edge_policy)}", "admin = true"]  # fmt: skip
     lines += ["[workers]", *(f'"{w}" = {_s(u)}' for w, u in workers.items())]
     lines += ["[peers]", *(f"{r} = {_s(u)}" for r, u in peers.items() if r != region)]
     lines += ["[pipeline]", f"bootstrap_servers = {_s(bootstrap)}",

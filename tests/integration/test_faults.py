@@ -143,8 +143,6 @@ def test_start_failure__names_the_process_and_its_log__no_orphans(
         ),
         tmp_path / "run",
     )
-    if not cluster.edge_admin:
-        pytest.skip("this checkout's EdgeConfig has no policy/admin fields")
     with pytest.raises(ClusterError) as err:
         cluster.start()
     text = str(err.value)
