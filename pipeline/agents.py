@@ -6,7 +6,8 @@
   records are applied in offset order.
 
 Both use ``stream.take_events`` (values plus Kafka coordinates) so one core call covers many
-records. Must not: decode, validate or decide anything (``pipeline.app.PipelineShell`` does).
+records. A take is retried until done and its events are never acknowledged unless it was
+(``pipeline.progress``). Must not: decode, validate or decide anything (``PipelineShell`` does).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import faust
 
 from pipeline.app import PipelineShell, Raw
+from pipeline.progress import withheld_on_error
 
 
 def _raw(event: Any) -> Raw:
@@ -35,9 +37,11 @@ def register_agents(app: faust.App, shell: PipelineShell) -> None:
     @app.agent(kv_events, name="rechunk")
     async def rechunk(stream: Any) -> None:
         async for events in stream.take_events(take_max, within=within):
-            await shell.rechunk([_raw(e) for e in events])
+            with withheld_on_error(events):
+                await shell.rechunk_until_done([_raw(e) for e in events])
 
     @app.agent(index_ops, name="maintain", isolated_partitions=True)
     async def maintain(stream: Any) -> None:
         async for events in stream.take_events(take_max, within=within):
-            await shell.maintain([_raw(e) for e in events])
+            with withheld_on_error(events):
+                await shell.maintain_until_done([_raw(e) for e in events])

@@ -8,7 +8,10 @@ of a batch's output (``pipeline.delivery``) before taking the next batch, so tha
 Faust commits never runs ahead of the output it produced (at-least-once). A maintenance unit is
 created, or rebuilt, when its partition's first batch arrives or when a batch does not continue
 where the unit stopped: replay of the shard's ``index-ops`` from the start, then a fresh epoch
-(see ``pipeline/README.md``).
+(see ``pipeline/README.md``). Recovery is refused (``RecoveryRefused``: an ERROR, the
+``recovery_refused`` count, nothing published, so edges keep the last good epoch) when the log no
+longer starts at offset 0 (retention deleted records the replay would need). A failed take is
+retried until it succeeds and never acknowledged meanwhile (``pipeline.progress``).
 
 ``build_app`` makes the Faust app (web server off and bound to 127.0.0.1, at_least_once) and
 registers the agents of ``pipeline.agents``. Must not: hold index logic.
@@ -36,8 +39,9 @@ from pipeline.codec import AvroCodec, DecodeError, int32_key
 from pipeline.config import PipelineConfig
 from pipeline.dead_letter import DeadLetters, reason_code_of
 from pipeline.delivery import Delivery
-from pipeline.maintenance import MaintenanceUnit, Offsets, PatchScan
+from pipeline.maintenance import MaintenanceUnit, Offsets, PatchScan, replay_covers
 from pipeline.patch_sink import PatchSink, decode_key, decode_value, encode_patch
+from pipeline.progress import Hold, RecoveryRefused
 from pipeline.rechunk import (
     EventRef,
     InvalidEvent,
@@ -161,10 +165,13 @@ class PipelineShell:
         self.sink = PatchSink(
             self.producer, self.topics.index_patches, registry.writer_id("IndexPatch")
         )
-        self.dead = DeadLetters(self.producer, self.codec, self.topics.dead_letters, "pipeline")
+        self.dead = DeadLetters(self.producer, self.codec, self.topics.dead_letters, "pipeline",
+                                cfg.dead_letter_max_raw_bytes)  # fmt: skip
         self.units: dict[int, MaintenanceUnit] = {}
+        self.hold = Hold()
         self.key_ops = 0
         self.recoveries = 0
+        self.recovery_refused = 0
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -190,8 +197,13 @@ class PipelineShell:
         )
 
     # -- rechunk: kv-events -> index-ops ----------------------------------------------------
+    async def rechunk_until_done(self, batch: Sequence[Raw]) -> int:
+        """``rechunk``, retried until the whole take is handled (re-produced ops are harmless)."""
+        return await self.hold.until_done("rechunk", lambda: self.rechunk(batch))
+
     async def rechunk(self, batch: Sequence[Raw]) -> int:
         """Rechunk consumed events into one op record per shard; return the records produced."""
+        start = self.delivery.mark()
         ops: list[OpBatch] = []
         for raw in batch:
             try:
@@ -209,7 +221,7 @@ class PipelineShell:
         for shard, runs in sorted(groups.items()):
             value = self.codec.encode("IndexOpBatch", encode_op_batch(shard, runs))
             self.producer.produce(self.topics.index_ops, value, int32_key(shard), shard)
-        await self.delivery.delivered_up_to(self.delivery.mark())
+        await self.delivery.delivered_up_to(self.delivery.mark(), since=start)
         return len(groups)
 
     def _decode_ops(self, value: bytes | None) -> list[OpBatch]:
@@ -223,6 +235,7 @@ class PipelineShell:
         """Blocking: rebuild shard ``partition`` from index-ops[0, first_offset) and publish."""
         s = self.settings
         bootstrap = s.config.bootstrap_servers
+        self._check_replay_covers(partition)
         scan = PatchScan()
         for r in read_partition(bootstrap, self.topics.index_patches, partition):
             if r.key is None:
@@ -230,7 +243,11 @@ class PipelineShell:
             seq = None if r.value is None else decode_value(self.sink.schema_id, r.value).record.seq
             scan.observe(decode_key(r.key), seq)
         history: list[tuple[int, OpBatch]] = []
-        for r in read_partition(bootstrap, self.topics.index_ops, partition, first_offset):
+        ops = read_partition(bootstrap, self.topics.index_ops, partition, first_offset)
+        if ops and not replay_covers(ops[0].offset):  # deleted between the check and the read
+            self.recovery_refused += 1
+            raise RecoveryRefused(f"shard {partition}: replay starts at offset {ops[0].offset}")
+        for r in ops:
             try:
                 history.extend((r.offset, b) for b in self._decode_ops(r.value))
             except (InvalidInputError, KeyError, ValueError):
@@ -245,10 +262,40 @@ class PipelineShell:
                  partition, len(history), unit.state.seq)  # fmt: skip
         return unit
 
+    def _check_replay_covers(self, partition: int) -> None:
+        """Raise ``RecoveryRefused`` if index-ops[partition] lost records a replay needs."""
+        c = Consumer({"bootstrap.servers": self.settings.config.bootstrap_servers,
+                      "group.id": "kvcompass-recovery", "enable.auto.commit": False})  # fmt: skip
+        try:
+            tp = TopicPartition(self.topics.index_ops, partition)
+            low, _ = c.get_watermark_offsets(tp, timeout=60.0)
+        finally:
+            c.close()
+        covered = replay_covers(low)
+        if covered:
+            return
+        self.recovery_refused += 1
+        raise RecoveryRefused(
+            f"shard {partition}: {self.topics.index_ops}[{partition}] starts at offset {low} "
+            f"(records below were deleted, e.g. by retention); a replay from there would publish "
+            f"a partial index, so the shard keeps its last published epoch and is not recovered"
+        )
+
+    async def maintain_until_done(self, batch: Sequence[Raw]) -> int:
+        """``maintain``, retried until done; a failed attempt drops the unit (rebuilt next try:
+        what the failed attempt produced may be partly lost, a recovery republishes it all)."""
+        if not batch:
+            return 0
+        p = batch[0].partition
+        return await self.hold.until_done(
+            f"maintain[{p}]", lambda: self.maintain(batch), lambda _: self.units.pop(p, None)
+        )
+
     async def maintain(self, batch: Sequence[Raw]) -> int:
         """Apply one take of one partition; return the key-ops applied."""
         if not batch:
             return 0
+        start = self.delivery.mark()
         p = batch[0].partition
         unit = self.units.get(p)
         if unit is None or unit.position(batch[0].offset) is Offsets.GAP:
@@ -256,7 +303,7 @@ class PipelineShell:
             unit = await loop.run_in_executor(None, self._recover, p, batch[0].offset)
             self.units[p] = unit
         n = self.apply(unit, batch)
-        await self.delivery.delivered_up_to(self.delivery.mark())
+        await self.delivery.delivered_up_to(self.delivery.mark(), since=start)
         return n
 
     def apply(self, unit: MaintenanceUnit, batch: Sequence[Raw]) -> int:

@@ -68,6 +68,9 @@ class PipelineConfig:
     index_patches_segment_ms: int = 10 * _MINUTE_MS
     """Compaction only cleans closed segments; a short roll keeps the patch topic near its
     compacted size (one record per view piece)."""
+    dead_letter_max_raw_bytes: int = 64 * 1024
+    """Bytes of a bad record's value (and key) its dead letter keeps; its length and SHA-256 are
+    kept whole (``pipeline.dead_letter``), so a dead letter always fits in a Kafka record."""
     schema_registry_url: str | None = None
     """None: schema ids from schemas/ids.json (pipeline.registry.InProcessRegistry)."""
     mirror_sources: tuple[str, ...] = ()
@@ -107,10 +110,10 @@ class PipelineConfig:
             if f.name.endswith("_partitions") or f.name in ("n_shards", "replication_factor"):
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                     raise ConfigError(f"{f.name}: expected an int >= 1; got {value!r}")
-            elif f.name.endswith("_ms") and (
+            elif f.name.endswith(("_ms", "_bytes")) and (
                 not isinstance(value, int) or isinstance(value, bool) or value < 1
             ):
-                raise ConfigError(f"{f.name}: expected milliseconds as an int >= 1; got {value!r}")
+                raise ConfigError(f"{f.name}: expected an int >= 1 (ms or bytes); got {value!r}")
 
     @property
     def topics(self) -> TopicNames:

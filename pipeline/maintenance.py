@@ -81,6 +81,17 @@ def epoch_keys(table: int, shard: int, params: LudoParams) -> list[PatchKeyTuple
     return out
 
 
+def replay_covers(log_start_offset: int, restored_next_offset: int = 0) -> bool:
+    """Whether replaying ``index-ops`` from ``log_start_offset`` rebuilds the shard exactly.
+
+    Records below the log start are gone (retention, ``delete_records``), so what recovery
+    starts from must already reflect them: a restored state of offsets below
+    ``restored_next_offset`` (0: none, recovery replays from scratch and needs the log to start
+    at 0). A replay that does not cover them would publish a partial index as a fresh epoch.
+    """
+    return log_start_offset <= restored_next_offset
+
+
 def _start_epoch(table: LudoTable, epoch: int) -> None:
     table.rebuild(epoch)
 

@@ -21,11 +21,11 @@ class FakeShell:
         self.rechunked: list[Raw] = []
         self.maintained: list[list[Raw]] = []
 
-    async def rechunk(self, batch: list[Raw]) -> int:
+    async def rechunk_until_done(self, batch: list[Raw]) -> int:
         self.rechunked.extend(batch)
         return len(batch)
 
-    async def maintain(self, batch: list[Raw]) -> int:
+    async def maintain_until_done(self, batch: list[Raw]) -> int:
         self.maintained.append(batch)
         return len(batch)
 

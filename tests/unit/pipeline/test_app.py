@@ -37,7 +37,9 @@ class FakeDelivery:
     def mark(self) -> dict[tuple[str, int], int]:
         return {}
 
-    async def delivered_up_to(self, target: dict[tuple[str, int], int]) -> None:
+    async def delivered_up_to(
+        self, target: dict[tuple[str, int], int], since: dict[tuple[str, int], int] | None = None
+    ) -> None:
         return None
 
 

@@ -84,7 +84,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "original_topic": "kv-events", "original_partition": 0, "original_offset": 5,
         "original_key": b"\x00\x00\x00\x07", "reason_code": "UNDECODABLE",
         "reason": "expected magic byte 0x00; got 0x7b", "consumer": "rechunk",
-        "raw": b'{"not": "avro"}', "timestamp_ms": 1_796_000_000_005,
+        "raw": b'{"not": "avro"}', "timestamp_ms": 1_796_000_000_005, "raw_size_bytes": 15,
+        "raw_sha256": bytes(range(32)), "original_key_size_bytes": 4,
     },
 }  # fmt: skip
 

@@ -33,7 +33,7 @@ EXPECTED_IDS = {
     "QueueVector": 4,
     "MigrationRequest": 5,
     "RoutingDecision": 6,
-    "DeadLetter": 7,
+    "DeadLetter": 9,  # id 7 (unbounded raw) still reads
     "IndexOpBatch": 8,
 }
 
@@ -139,8 +139,9 @@ def test_old_id_decodes_into_newest_schema__backward_evolution(tmp_path: Path) -
     (schema_dir / "queue_vector.v2.avsc").write_text(json.dumps(new))
     manifest = json.loads((schema_dir / "ids.json").read_text())
     fp = fingerprint(to_parsing_canonical_form(new), "CRC-64-AVRO")
-    manifest["schemas"].append({"id": 9, "name": "QueueVector", "file": "queue_vector.v2.avsc",
-                                "fingerprint": fp})  # fmt: skip
+    next_id = max(e["id"] for e in manifest["schemas"]) + 1
+    manifest["schemas"].append({"id": next_id, "name": "QueueVector",
+                                "file": "queue_vector.v2.avsc", "fingerprint": fp})  # fmt: skip
     (schema_dir / "ids.json").write_text(json.dumps(manifest))
     record = {"region_id": 1, "worker_ids": [3], "queue_ms": [2.5], "seq": 1, "timestamp_ms": 5}
 
@@ -149,7 +150,7 @@ def test_old_id_decodes_into_newest_schema__backward_evolution(tmp_path: Path) -
     assert old_bytes[1:5] == b"\x00\x00\x00\x04"
     assert codec.decode(old_bytes) == ("QueueVector", {**record, "unit": "ms"})
     new_bytes = codec.encode("QueueVector", {**record, "unit": "s"})
-    assert new_bytes[1:5] == b"\x00\x00\x00\x09"
+    assert new_bytes[1:5] == next_id.to_bytes(4, "big")
 
 
 def _mock_client() -> SchemaRegistryClient:
