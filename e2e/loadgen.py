@@ -38,6 +38,8 @@ class Results:
     """Per-request outcome, as arrays (model ms; -1 where not applicable)."""
 
     origin: NDArray[np.int64]
+    arrival_ms: NDArray[np.float64]
+    """Arrival instant, model ms after the first arrival."""
     prompt_tokens: NDArray[np.int64]
     ttft_ms: NDArray[np.float64]
     e2e_ms: NDArray[np.float64]
@@ -169,6 +171,7 @@ class LoadGenerator:
             span_ms = (time.perf_counter() - t0) * 1000.0 / self.scale
         return Results(
             origin=wl.origin_region.copy(),
+            arrival_ms=np.asarray(wl.arrival_ms - wl.arrival_ms[0] if n else wl.arrival_ms, float),
             prompt_tokens=wl.prompt_len.copy(),
             ttft_ms=ttft,
             e2e_ms=e2e,

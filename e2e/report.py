@@ -1,12 +1,11 @@
 """Summaries of load-generator results: per-run metrics, the comparison table, JSON and plots.
 
-Owns the definitions of every figure the end-to-end demo prints (all in model time, see
-``e2e.loadgen``): TTFT P50/P99 and end-to-end P99 over completed requests; throughput = output
-tokens completed / span (first arrival → last completion); hit rate = share of completed
-requests with ``cached_tokens > 0``; reuse = Σ cached / Σ prompt tokens; cross-region = share of
-completed requests served by a worker outside the origin region, and the share of those that
-reused a cache there ("cross-region reuse"); failures = requests without a 200 response. Must not
-run anything.
+Owns turning ``e2e.loadgen.Results`` (model time) into the figures of ``kvcompass.metrics``, whose
+names, units and meanings are the simulator's too (``hit_rate`` = reused ÷ prompt tokens,
+``request_hit_rate`` = share of requests with any reuse, ``throughput_tok_s`` = prompt + output
+tokens over the prefill makespan, ``cross_region_share`` a share and
+``cross_region_reuse_requests`` a count); a completed request is one with a 200 response and a
+first token, ``failed`` the rest. Must not run anything.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from e2e.loadgen import Results
+from kvcompass.metrics import serving_summary
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("ttft_p50_ms", "TTFT P50 ms", "{:.0f}"),
@@ -29,49 +29,32 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("e2e_p99_ms", "E2E P99 ms", "{:.0f}"),
     ("throughput_tok_s", "tok/s", "{:.0f}"),
     ("hit_rate", "hit rate", "{:.0%}"),
-    ("reuse_ratio", "reused", "{:.0%}"),
+    ("request_hit_rate", "req hit", "{:.0%}"),
     ("cross_region_share", "x-region", "{:.1%}"),
-    ("cross_region_reuse", "x-reuse", "{:.0f}"),
+    ("cross_region_reuse_requests", "x-reuse", "{:.0f}"),
     ("failed", "failed", "{:.0f}"),
 )
+"""Table columns: (``kvcompass.metrics`` key, header, format)."""
 
 
 def summarise(res: Results, worker_region: NDArray[np.int64]) -> dict[str, float]:
-    """The comparison figures of one run (see the module docstring for each definition)."""
+    """The comparison figures of one run (``kvcompass.metrics.serving_summary``)."""
     ok = res.ok
-    n_ok = int(ok.sum())
-    out: dict[str, float] = {
-        "requests": float(len(res.status)),
-        "completed": float(n_ok),
-        "failed": float(len(res.status) - n_ok),
-    }
-    if n_ok == 0:
-        for key, _, _ in COLUMNS:
-            out.setdefault(key, float("nan"))
-        return out
-    ttft = res.ttft_ms[ok]
-    e2e = res.e2e_ms[ok]
-    cached = np.maximum(res.cached_tokens[ok], 0)
-    served = res.worker[ok]
-    known = served >= 0
-    remote = np.zeros(n_ok, dtype=bool)
-    remote[known] = worker_region[served[known]] != res.origin[ok][known]
-    out.update(
-        ttft_p50_ms=float(np.percentile(ttft, 50)),
-        ttft_p99_ms=float(np.percentile(ttft, 99)),
-        e2e_p50_ms=float(np.percentile(e2e, 50)),
-        e2e_p99_ms=float(np.percentile(e2e, 99)),
-        throughput_tok_s=float(res.output_tokens[ok].sum() / (res.span_ms / 1000.0))
-        if res.span_ms > 0
-        else float("nan"),
-        hit_rate=float((cached > 0).mean()),
-        reuse_ratio=float(cached.sum() / max(int(res.prompt_tokens[ok].sum()), 1)),
-        reused_tokens=float(cached.sum()),
-        recomputed_tokens=float((res.prompt_tokens[ok] - cached).sum()),
-        cross_region_share=float(remote.mean()),
-        cross_region_reuse=float((remote & (cached > 0)).sum()),
+    served = res.worker
+    remote = np.zeros(len(served), dtype=np.bool_)
+    known = ok & (served >= 0)
+    remote[known] = worker_region[served[known]] != res.origin[known]
+    return serving_summary(
+        ok,
+        res.arrival_ms,
+        res.ttft_ms,
+        res.e2e_ms,
+        res.prompt_tokens,
+        # -1: the response carried no meta_info; count it as no reuse rather than negative reuse
+        np.maximum(res.cached_tokens, 0),
+        res.output_tokens,
+        remote,
     )
-    return out
 
 
 def table(rows: Sequence[dict[str, Any]], title: str) -> Table:
@@ -122,10 +105,13 @@ def plot(rows: Sequence[dict[str, Any]], out_dir: Path, *, note: str = "") -> li
             idx = np.array([rates.index(x) for x in xs], dtype=float)
             a2.bar(idx + k * width, [p[1].get("throughput_tok_s", 0.0) for p in pts], width,
                    label=s)  # fmt: skip
-            a3.bar(idx + k * width, [p[1].get("reuse_ratio", 0.0) for p in pts], width, label=s)
+            a3.bar(idx + k * width, [p[1].get("hit_rate", 0.0) for p in pts], width, label=s)
         a1.set(xlabel="arrival rate (req/s, model time)", ylabel="P99 TTFT (ms)", yscale="log",
                title=f"{wl}: P99 TTFT")  # fmt: skip
-        for ax, what in ((a2, "throughput (output tok/s)"), (a3, "reused / prompt tokens")):
+        for ax, what in (
+            (a2, "throughput (prompt + output tok/s)"),
+            (a3, "hit rate (reused / prompt tok)"),
+        ):
             ax.set_xticks(np.arange(len(rates)) + 0.4 - width / 2, [f"{r:g}" for r in rates])
             ax.set(xlabel="arrival rate (req/s)", ylabel=what, title=f"{wl}: {what}")
         a1.legend(fontsize=8)

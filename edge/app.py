@@ -30,7 +30,7 @@ from edge.feedback import encode_queue_header
 from edge.forwarder import Forwarder, Route
 from edge.handlers import EDGE, error_middleware, make_completion_handler
 from edge.policies import POLICIES, Policies
-from edge.service import EdgeService, NullSink
+from edge.service import EdgeService
 from edge.tokenizer import Tokenizer, make_tokenizer
 from kvcompass.deployment import Deployment
 from kvcompass.discovery import EdgeDiscovery
@@ -44,8 +44,8 @@ from kvcompass.router import score as sc
 from kvcompass.view_file import ViewStore
 from pipeline.codec import AvroCodec
 from pipeline.config import PipelineConfig
+from pipeline.producer import NullProducer, ProducerPort
 from pipeline.registry import SchemaRegistry, registry_from_url
-from workers.sink import RecordSink
 
 
 @dataclass(slots=True)
@@ -98,7 +98,7 @@ def assemble(
     config: EdgeConfig,
     deployment: Deployment,
     *,
-    sink: RecordSink | None = None,
+    sink: ProducerPort | None = None,
     router_config: RouterConfig | None = None,
 ) -> EdgeApp:
     """Build every part of an edge for ``config.region`` (no I/O but creating the view dir)."""
@@ -124,7 +124,7 @@ def assemble(
     policies = Policies(discovery, levels, wr_arr, beta)
     service = EdgeService(
         deployment, discovery, model=config.model, codec=codec,
-        sink=sink if sink is not None else NullSink(), topics=pipe.topics,
+        sink=sink if sink is not None else NullProducer(), topics=pipe.topics,
         decision_sample_rate=config.decision_sample_rate,
         explain_capacity=config.explain_capacity, seed=config.seed,
         policies=policies, policy=config.policy,

@@ -2,8 +2,8 @@
 
 Owns the poll loop (every ``loads_poll_period_ms``, the Δ of the local channel) that feeds
 ``Router.set_local_queues``. The estimate per worker is the region load reporter's
-(``workers.load_reporter.worker_queue_ms``: waiting uncached tokens × measured prefill ms/token),
-so the edge's live local reading and the vector other regions receive agree. Each answer
+(``kvcompass.router.load_report.worker_queue_ms``: waiting uncached tokens × measured prefill
+ms/token), so the edge's live local reading and the vector other regions receive agree. Each answer
 refreshes that worker's estimate at once (and clears the herding guard's pending work, which the
 reading now includes); a worker that does not answer in time keeps its previous estimate *and*
 its pending work, so it ages instead of being reset to a stale value (staleness is a metric).
@@ -20,7 +20,7 @@ import contextlib
 import numpy as np
 
 from edge.app import EdgeApp
-from workers.load_reporter import worker_queue_ms
+from kvcompass.router.load_report import worker_queue_ms
 
 
 class LocalLoads:

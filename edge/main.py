@@ -24,13 +24,12 @@ from aiohttp import web
 from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
 from edge.loads import LocalLoads
-from edge.service import NullSink
 from edge.shared_view import ViewFileFollower
 from edge.sync import open_followers
 from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import Deployment
 from kvcompass.errors import ConfigError
-from workers.sink import KafkaSink, RecordSink
+from pipeline.producer import KafkaProducer, NullProducer, ProducerPort
 
 log = logging.getLogger(__name__)
 BOOTSTRAP_TIMEOUT_S = 120.0
@@ -61,9 +60,9 @@ async def run_edge(
 ) -> EdgeApp:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT); returns the edge after shutdown."""
     stop = stop or asyncio.Event()
-    sink: RecordSink = NullSink()
+    sink: ProducerPort = NullProducer()
     if config.pipeline is not None:
-        sink = KafkaSink(config.pipeline.bootstrap_servers, linger_ms=5)
+        sink = KafkaProducer(config.pipeline.bootstrap_servers, linger_ms=5)
     edge = assemble(config, deployment, sink=sink)
     followers = open_followers(edge, sink) if config.pipeline is not None else None
     reader = ViewFileFollower(edge) if config.view_mode == "reader" else None

@@ -4,7 +4,7 @@ Owns one ``EdgeDiscovery`` (view + router of this region), the clock it passes a
 (monotonic ms), the recent decisions kept for ``/debug/explain``, false-hit counting, and turning
 the core's decisions into Avro records: sampled ``RoutingDecision``s to ``routing-decisions`` and
 ``MigrationRequest``s to ``migrations``. Must not know HTTP (``edge.handlers``) nor open network
-connections: records go to a ``RecordSink`` (Kafka producer or memory).
+connections: records go to a ``pipeline.producer.ProducerPort`` (Kafka, memory or null).
 """
 
 from __future__ import annotations
@@ -29,20 +29,7 @@ from kvcompass.router import score as sc
 from kvcompass.types import Tier
 from pipeline.codec import AvroCodec, int64_key
 from pipeline.config import TopicNames
-from workers.sink import RecordSink
-
-
-class NullSink:
-    """Records go nowhere (an edge without Kafka); counts them so nothing vanishes unseen."""
-
-    def __init__(self) -> None:
-        self.dropped = 0
-
-    def send(self, topic: str, key: bytes, value: bytes) -> None:
-        self.dropped += 1
-
-    def flush(self, timeout_s: float = 10.0) -> int:
-        return 0
+from pipeline.producer import NullProducer, ProducerPort
 
 
 @dataclass(slots=True)
@@ -78,7 +65,7 @@ class EdgeService:
         *,
         model: str,
         codec: AvroCodec,
-        sink: RecordSink,
+        sink: ProducerPort,
         topics: TopicNames,
         decision_sample_rate: float = 1.0,
         explain_capacity: int = 4096,
@@ -96,8 +83,8 @@ class EdgeService:
         self.codec = codec
         self.sink = sink
         self.topics = topics
-        # Without a broker (NullSink) nothing would read the records: skip building them.
-        self.sample_rate = 0.0 if isinstance(sink, NullSink) else decision_sample_rate
+        # Without a broker (NullProducer) nothing would read the records: skip building them.
+        self.sample_rate = 0.0 if isinstance(sink, NullProducer) else decision_sample_rate
         self.explain_capacity = explain_capacity
         self.metrics = Metrics()
         self.clock_ms = clock_ms
@@ -345,6 +332,6 @@ class EdgeService:
 
     def _send(self, topic: str, key: bytes, schema: str, rec: dict[str, Any]) -> None:
         try:
-            self.sink.send(topic, key, self.codec.encode(schema, rec))
+            self.sink.produce(topic, self.codec.encode(schema, rec), key)
         except Exception as exc:  # a producer failure must not fail the user's request
             self.metrics.inc("errors_total", type=f"publish-{schema}-{type(exc).__name__}")

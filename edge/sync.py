@@ -1,6 +1,6 @@
 """Kafka glue of the edge: views from ``index-patches``, queue estimates from ``queue-vectors``.
 
-Owns two followers and the null record sink:
+Owns two followers:
 - ``PatchFollower``: the pipeline's ``PatchApplier`` (``pipeline.view_sync``) over the edge's own
   ``IndexView`` and ``ViewStore``. On start it restores the committed view files and resumes every
   partition from the offset stored in their headers; with no files it reads the compacted topic
@@ -37,29 +37,11 @@ from confluent_kafka import (
 
 from edge.app import EdgeApp
 from pipeline.dead_letter import DeadLetters, reason_code_of
+from pipeline.producer import ProducerPort
 from pipeline.view_sync import PatchApplier
-from workers.sink import RecordSink
 
 _MAX_BATCH = 5000
 log = logging.getLogger(__name__)
-
-
-class SinkProducer:
-    """``pipeline.patch_sink.ProducerPort`` over a ``RecordSink`` (for ``DeadLetters``)."""
-
-    def __init__(self, sink: RecordSink) -> None:
-        self.sink = sink
-
-    def produce(
-        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1
-    ) -> None:
-        self.sink.send(topic, key or b"", value or b"")
-
-    def poll(self, timeout: float = 0.0) -> int:
-        return 0
-
-    def flush(self, timeout: float = 10.0) -> int:
-        return self.sink.flush(timeout)
 
 
 def consumer_conf(bootstrap: str, what: str) -> dict[str, Any]:
@@ -283,11 +265,11 @@ def _checked(rec: dict[str, Any], worker_region: Any) -> tuple[int, np.ndarray, 
     return region, ids, qs
 
 
-def open_followers(edge: EdgeApp, sink: RecordSink) -> tuple[PatchFollower, QueueVectorFollower]:
+def open_followers(edge: EdgeApp, sink: ProducerPort) -> tuple[PatchFollower, QueueVectorFollower]:
     """Both consumers for ``edge.pipeline`` (started: partitions assigned)."""
     boot = edge.pipeline.bootstrap_servers
     patches = PatchFollower(edge, Consumer(consumer_conf(boot, "patches")))
-    dead = DeadLetters(SinkProducer(sink), edge.service.codec, edge.pipeline.topics.dead_letters,
+    dead = DeadLetters(sink, edge.service.codec, edge.pipeline.topics.dead_letters,
                        f"edge-{edge.config.region}")  # fmt: skip
     queues = QueueVectorFollower(edge, Consumer(consumer_conf(boot, "queues")), dead)
     if edge.config.view_mode == "writer":

@@ -4,10 +4,10 @@ Owns the ``Tokenizer`` port and the built-in adapter; the Hugging Face adapter l
 ``edge.hf_tokenizer`` (imported only when configured, so ``transformers`` stays optional). Must
 not validate request shapes (``edge.openai_shapes`` does) or know HTTP.
 
-The built-in tokenizer IS the emulated worker's (``workers.emulated.tokenizer.tokenize``: one token
-per UTF-8 byte), imported rather than copied, so the ids the edge hashes are the ids the worker
-caches. Its chat template is the emulated worker's too: ``<|{role}|>{content}\\n`` per message,
-then ``<|assistant|>`` (``tests/unit/edge/test_tokenizer.py`` checks both against the worker).
+The built-in tokenizer is the project's toy tokenizer (``kvcompass.byte_tokenizer``: one token
+per UTF-8 byte), the one the emulated worker uses too, so the ids the edge hashes are the ids the
+worker caches; so is its chat template, ``<|{role}|>{content}\\n`` per message, then
+``<|assistant|>`` (``tests/unit/edge/test_tokenizer.py`` checks both against the worker).
 The edge always forwards ids, so a worker never re-tokenizes.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from kvcompass.byte_tokenizer import chat_prompt, tokenize
 from kvcompass.errors import ConfigError
-from workers.emulated.tokenizer import chat_prompt, tokenize
 
 
 class Tokenizer(Protocol):
@@ -29,7 +29,7 @@ class Tokenizer(Protocol):
 
 
 class ByteTokenizer:
-    """The emulated worker's byte tokenizer and chat template."""
+    """The project's byte tokenizer and chat template (``kvcompass.byte_tokenizer``)."""
 
     def encode(self, text: str) -> list[int]:
         return tokenize(text)

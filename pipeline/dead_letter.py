@@ -21,7 +21,7 @@ from typing import Any
 
 from kvcompass.errors import InvalidInputError, UnknownWorkerError
 from pipeline.codec import AvroCodec, DecodeError
-from pipeline.patch_sink import ProducerPort
+from pipeline.producer import ProducerPort
 from pipeline.rechunk import InvalidEvent
 
 REASON_CODES = ("UNDECODABLE", "UNKNOWN_SCHEMA", "UNKNOWN_WORKER", "INVALID", "OVERSIZE", "OTHER")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -33,20 +32,9 @@ from kvcompass.ludo import PatchBatch, PatchKind
 from kvcompass.patch_stream import PatchRecord
 from pipeline.codec import HEADER_BYTES, MAGIC, DecodeError, encode_patch_key
 from pipeline.maintenance import PatchKeyTuple
+from pipeline.producer import ProducerPort
 
 _PATCH_KEY = struct.Struct(">BIIIBQ")
-
-
-class ProducerPort(Protocol):
-    """The slice of ``confluent_kafka.Producer`` the sinks use (a list fakes it in tests)."""
-
-    def produce(
-        self, topic: str, value: bytes | None = ..., key: bytes | None = ..., partition: int = ...
-    ) -> None: ...
-
-    def poll(self, timeout: float = ...) -> int: ...
-
-    def flush(self, timeout: float = ...) -> int: ...
 
 
 def _zz(n: int) -> bytes:

@@ -3,23 +3,18 @@
 Owns the per-request record of a run (``Record``: struct of arrays filled by the runner) and the
 summary computed from it. Must not simulate anything.
 
-Definitions
------------
+Every key, its unit and meaning are defined once in ``kvcompass.metrics`` (shared with the
+end-to-end report); this module adds only what a simulator alone knows and how it bins it:
+
 * TTFT / E2E: see ``sim.cost`` (both include the WAN round trip to the serving worker).
-* ``throughput_tok_s``: prompt + output tokens of all requests / (last first token - first
-  arrival), i.e. over the makespan of the contended resource, the prefill queues. Under an
-  open-loop replay it equals the offered token rate until the pool saturates, after which the
-  makespan stretches and it drops. The decode tail is left out on purpose: decode is modelled
-  as an uncontended continuous batch (``sim.cost``), so the last request's long output would only
-  measure its length, not the scheme.
 * Load factor (paper Fig. 14): per whole time bin (``load_bin_ms``, by arrival at the worker), each
   worker's GPU time (prefill + reload + migration recompute) divided by the mean over all
   workers in that bin; a worker's time-averaged factor is its mean over bins with any load;
   ``peak_load_factor`` is the largest time-averaged factor.
-* ``hit_rate``: reused prefill tokens / prompt tokens (token hit rate); ``request_hit_rate``:
-  share of requests that reused anything.
-* ``false_hit_rate``: share of requests whose chosen worker reused fewer tokens than the scheme
-  claimed it held (paper §5.8's end-to-end false lookup), over all requests.
+* ``false_hit_rate``: over completed requests (paper §5.8's end-to-end false lookup).
+* ``throughput_tok_s`` leaves the decode tail out because decode is modelled as an uncontended
+  continuous batch (``sim.cost``): under an open-loop replay it equals the offered token rate
+  until the pool saturates, after which the prefill makespan stretches and it drops.
 """
 
 from __future__ import annotations
@@ -28,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+
+from kvcompass.metrics import serving_summary
 
 
 @dataclass(slots=True)
@@ -102,18 +99,19 @@ def summarize(
     n_workers: int,
     bin_ms: float,
     extra_gpu: tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]] | None = None,
+    *,
+    remote: NDArray[np.bool_] | None = None,
 ) -> dict[str, float]:
-    """The headline numbers of one run (the JSON contract's fields and a few more)."""
+    """The headline numbers of one run: ``kvcompass.metrics.serving_summary`` plus the sim's own.
+
+    ``remote``: which requests were served outside their origin region (cross-region keys).
+    """
     done = np.isfinite(rec.ttft_ms)
-    n_done = int(done.sum())
-    out: dict[str, float] = {"requests": float(len(arrival_ms)), "completed": float(n_done)}
-    if n_done == 0:
+    out = serving_summary(
+        done, arrival_ms, rec.ttft_ms, rec.e2e_ms, prompt_len, rec.reused, output_len, remote
+    )
+    if not done.any():
         return out
-    ttft, e2e = rec.ttft_ms[done], rec.e2e_ms[done]
-    prompt_tokens = int(prompt_len[done].sum())
-    reused = int(rec.reused[done].sum())
-    first_token = arrival_ms[done] + ttft
-    span_s = (float(first_token.max()) - float(arrival_ms[0])) / 1e3
     w, at, gpu = rec.worker, rec.arrive_worker_ms, rec.service_ms
     if extra_gpu is not None and extra_gpu[0].size:
         w = np.concatenate([w, extra_gpu[0]])
@@ -121,18 +119,8 @@ def summarize(
         gpu = np.concatenate([gpu, extra_gpu[2]])
     factor = load_factor_matrix(w, at, gpu, n_workers, bin_ms)
     out.update(
-        ttft_p50_ms=float(np.percentile(ttft, 50)),
-        ttft_p99_ms=float(np.percentile(ttft, 99)),
-        ttft_mean_ms=float(ttft.mean()),
-        e2e_p50_ms=float(np.percentile(e2e, 50)),
-        e2e_p99_ms=float(np.percentile(e2e, 99)),
         queue_mean_ms=float(np.nanmean(rec.queue_ms[done])),
-        throughput_tok_s=float(prompt_tokens + int(output_len[done].sum())) / max(span_s, 1e-9),
         peak_load_factor=peak_load_factor(factor),
-        hit_rate=reused / max(prompt_tokens, 1),
-        request_hit_rate=float((rec.reused[done] > 0).mean()),
-        reused_tokens=float(reused),
-        recomputed_tokens=float(prompt_tokens - reused),
         false_hit_rate=float((rec.claimed[done] > rec.reused[done]).mean()),
         claimed_requests=float((rec.claimed[done] > 0).sum()),
     )

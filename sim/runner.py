@@ -241,6 +241,14 @@ class Run:
         self.scheme.on_cache_events(batch)
 
     # -- results ---------------------------------------------------------------------------------
+    def _served_remote(self) -> NDArray[np.bool_]:
+        """Which requests a worker outside their origin region served (False if unserved)."""
+        w = self.rec.worker
+        served = w >= 0
+        remote = np.zeros(w.size, dtype=np.bool_)
+        remote[served] = self.cluster.worker_region[w[served]] != self.requests.origin[served]
+        return remote
+
     def _result(self, wall: float) -> RunResult:
         req, cfg = self.requests, self.config
         extra = None
@@ -255,6 +263,7 @@ class Run:
             self.cluster.n_workers,
             cfg.load_bin_ms,
             extra,
+            remote=self._served_remote(),
         )
         summary["wall_s"] = wall
         summary["sim_requests_per_s"] = req.n / max(wall, 1e-9)

@@ -1,19 +1,11 @@
 """Load reporter: poll workers' ``GET /v1/loads`` and publish the region's queue vector every Δ.
 
-Owns the queueing estimate of a worker from its load report and the ``QueueVector`` records
-(topic ``queue-vectors``, key = region id). Must not: route, or keep history beyond one poll.
-
-Estimate (paper §3.4: expected queueing delay): a worker serves prefills one at a time, so a new
-request waits for the uncached tokens queued ahead of it::
-
-    queue_ms = num_waiting_uncached_tokens · β̂
-    β̂ = total_prefill_busy_us / 1000 / total_prefill_uncached_tokens   (measured, cumulative)
-        or the deployment region's prefill_ms_per_token before the first prefill
-
-The prefill running now is not in ``num_waiting_*``; its remainder is unknown from the report
-and left out (at most one prefill's time). A worker that does not answer within the period is
-left out of that vector (edges keep their last value and age it). ``seq`` is the reporter's wall
-clock in ms, so several reporters of one region (one per sidecar) stay ordered.
+Owns the ``QueueVector`` records (topic ``queue-vectors``, key = region id) built from every
+worker's estimate (``kvcompass.router.load_report.worker_queue_ms``, the one the edges' live
+poll applies too). Must not: route, or keep history beyond one poll. A worker that does not
+answer within the period is left out of that vector (edges keep their last value and age it).
+``seq`` is the reporter's wall clock in ms, so several reporters of one region (one per sidecar)
+stay ordered.
 """
 
 from __future__ import annotations
@@ -21,30 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 
+from kvcompass.router.load_report import worker_queue_ms
 from pipeline.codec import AvroCodec, int32_key
-from workers.sink import RecordSink
+from pipeline.producer import ProducerPort
 
 log = logging.getLogger(__name__)
-
-
-def queue_ms(load: Mapping[str, Any], fallback_ms_per_token: float) -> float:
-    """Expected queueing delay of one ``loads[]`` entry, in ms, non-negative."""
-    busy_us = float(load.get("total_prefill_busy_us") or 0)
-    tokens = float(load.get("total_prefill_uncached_tokens") or 0)
-    beta = busy_us / 1000.0 / tokens if tokens > 0 and busy_us > 0 else fallback_ms_per_token
-    waiting = float(load.get("num_waiting_uncached_tokens") or 0)
-    return max(waiting * beta, 0.0)
-
-
-def worker_queue_ms(report: Mapping[str, Any], fallback_ms_per_token: float) -> float:
-    """A ``/v1/loads`` body of one engine (all DP ranks of one worker): the busiest rank."""
-    loads = report.get("loads") or []
-    return max((queue_ms(x, fallback_ms_per_token) for x in loads), default=0.0)
 
 
 def vector_record(
@@ -66,7 +44,7 @@ class LoadReporter:
         workers: Sequence[tuple[int, str]],
         fallback_ms_per_token: float,
         period_ms: int,
-        sink: RecordSink,
+        sink: ProducerPort,
         codec: AvroCodec,
         topic: str,
     ) -> None:
@@ -94,7 +72,8 @@ class LoadReporter:
         if not queues:
             return None
         rec = vector_record(self.region_id, queues, int(time.time() * 1000))
-        self.sink.send(self.topic, int32_key(self.region_id), self.codec.encode("QueueVector", rec))
+        value = self.codec.encode("QueueVector", rec)
+        self.sink.produce(self.topic, value, int32_key(self.region_id))
         self.published += 1
         return rec
 

@@ -28,12 +28,12 @@ from kvcompass.keys import KeyNamespace
 from kvcompass.levels import Levels
 from pipeline.codec import AvroCodec, DecodeError, int32_key
 from pipeline.config import PipelineConfig
+from pipeline.producer import ProducerPort
 from workers.bridge import RankBridge
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.load_reporter import LoadReporter
 from workers.migration import MigrationExecutor
-from workers.sink import RecordSink
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +110,13 @@ def make_bridges(cfg: SidecarConfig, dep: Deployment) -> list[RankBridge]:
 
 
 def kv_emitter(
-    sink: RecordSink, codec: AvroCodec, topic: str, worker_id: int
+    sink: ProducerPort, codec: AvroCodec, topic: str, worker_id: int
 ) -> Callable[[list[dict[str, Any]]], None]:
     key = int32_key(worker_id)
 
     def emit(records: list[dict[str, Any]]) -> None:
         for rec in records:
-            sink.send(topic, key, codec.encode("KvEvent", rec))
+            sink.produce(topic, codec.encode("KvEvent", rec), key)
 
     return emit
 
@@ -162,7 +162,7 @@ async def run_sidecar(
     cfg: SidecarConfig,
     pipe: PipelineConfig,
     dep: Deployment,
-    sink: RecordSink,
+    sink: ProducerPort,
     codec: AvroCodec,
     *,
     bridge: bool = True,

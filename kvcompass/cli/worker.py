@@ -113,14 +113,14 @@ def _configs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 async def _sidecar(args: argparse.Namespace, loops: dict[str, bool]) -> None:
     from pipeline.codec import AvroCodec
+    from pipeline.producer import KafkaProducer
     from pipeline.registry import registry_from_url
     from workers.sidecar import apply_discovery, discover, run_sidecar
-    from workers.sink import KafkaSink
 
     cfg, pipe, dep = _configs(args)
     if not args.no_discover and loops.get("bridge", False):
         cfg = apply_discovery(cfg, await discover(cfg.engine_url))
-    sink = KafkaSink(pipe.bootstrap_servers)
+    sink = KafkaProducer(pipe.bootstrap_servers)
     codec = AvroCodec(registry_from_url(pipe.schema_registry_url))
     try:
         await run_sidecar(cfg, pipe, dep, sink, codec, **loops)

@@ -24,9 +24,9 @@ from kvcompass.deployment import Deployment
 from kvcompass.index import DiscoveryIndex
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
+from pipeline.producer import MemoryProducer
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker
-from workers.sink import MemorySink
 
 MODEL = "test-model"
 WAN_SCALE = 0.001
@@ -62,7 +62,7 @@ class Cluster:
     workers: list[EmulatedWorker]
     index: DiscoveryIndex
     edges: dict[str, tuple[EdgeApp, TestClient]] = field(default_factory=dict)
-    sinks: dict[str, MemorySink] = field(default_factory=dict)
+    sinks: dict[str, MemoryProducer] = field(default_factory=dict)
 
     @property
     def urls(self) -> dict[int, str]:
@@ -90,7 +90,7 @@ class Cluster:
         workers = {str(w): u for w, u in self.urls.items()}
         peers = values.pop("peers", None)
         cfg = EdgeConfig.from_mapping(values, workers, peers)
-        sink = MemorySink()
+        sink = MemoryProducer()
         app = assemble(cfg, DEPLOYMENT, sink=sink)
         app.view.apply_all(self.index.full_images())  # what the compacted topic holds
         client = TestClient(TestServer(build_app(app)))

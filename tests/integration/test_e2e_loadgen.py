@@ -59,9 +59,9 @@ def test_loadgen_through_edges__measures_and_summarises(tmp_path: Path) -> None:
     wr = np.asarray(ec.DEPLOYMENT.worker_region, np.int64)
     s = report.summarise(res, wr)
     assert s["completed"] == len(wl) and s["failed"] == 0
-    assert 0 <= s["hit_rate"] <= 1 and 0 <= s["reuse_ratio"] < 1
+    assert 0 <= s["request_hit_rate"] <= 1 and 0 <= s["hit_rate"] < 1
     hit = report.summarise(rep, wr)
-    assert hit["hit_rate"] == 1.0 and hit["reuse_ratio"] > 0.9
+    assert hit["request_hit_rate"] == 1.0 and hit["hit_rate"] > 0.9
     assert hit["cross_region_share"] == float(wr[rep.worker[0]] != rep.origin[0])
     assert s["ttft_p50_ms"] <= s["ttft_p99_ms"] <= s["e2e_p99_ms"]
     rows = [{"workload": "mixed", "rate": 200.0, "scheme": "kvcompass", **s}]

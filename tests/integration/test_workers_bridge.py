@@ -22,6 +22,7 @@ from kvcompass.keys import KeyNamespace, prompt_key
 from kvcompass.types import Tier
 from pipeline.codec import AvroCodec
 from pipeline.config import PipelineConfig
+from pipeline.producer import KafkaProducer
 from pipeline.registry import InProcessRegistry
 from pipeline.topics import ensure_topics
 from workers.bridge_zmq import bridge_rank
@@ -29,7 +30,6 @@ from workers.config import SidecarConfig
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker
 from workers.sidecar import apply_discovery, discover, kv_emitter, make_bridges
-from workers.sink import KafkaSink
 
 pytestmark = pytest.mark.integration
 
@@ -103,7 +103,7 @@ async def _scenario(bootstrap: str, topic: str) -> tuple[dict[str, Any], list[li
             await discover(worker.url),
         )
         (bridge,) = make_bridges(side, DEP)
-        sink = KafkaSink(bootstrap)
+        sink = KafkaProducer(bootstrap)
         emit = kv_emitter(sink, AvroCodec(InProcessRegistry()), topic, 0)
         ctx = zmq.asyncio.Context()
         ready = asyncio.Event()

@@ -20,6 +20,7 @@ from kvcompass.deployment import Deployment, Region
 from kvcompass.keys import KeyNamespace, prompt_key
 from pipeline.codec import AvroCodec, int64_key
 from pipeline.config import PipelineConfig
+from pipeline.producer import KafkaProducer, MemoryProducer
 from pipeline.registry import InProcessRegistry
 from pipeline.topics import ensure_topics
 from workers.bridge_zmq import bridge_rank
@@ -29,7 +30,6 @@ from workers.emulated.worker import EmulatedConfig, EmulatedWorker
 from workers.load_reporter import LoadReporter
 from workers.migration import MigrationExecutor
 from workers.sidecar import apply_discovery, discover, kv_emitter, make_bridges, run_migrations
-from workers.sink import KafkaSink, MemorySink
 
 pytestmark = pytest.mark.integration
 MODEL = "emulated/tiny"
@@ -51,7 +51,7 @@ async def _discovery_and_load() -> tuple[Any, dict[str, Any] | None, list[Any]]:
         body = {"input_ids": list(range(100)), "sampling_params": {"max_new_tokens": 0}}
         async with http.post(w.url + "/generate", json=body) as r:
             assert r.status == 200
-        sink = MemorySink()
+        sink = MemoryProducer()
         rep = LoadReporter(0, [(1, w.url), (0, "http://127.0.0.1:9")], 0.085, 200, sink,
                            CODEC, "qv")  # fmt: skip
         rec = await rep.poll_once(http)
@@ -87,12 +87,12 @@ async def _migrate(pipe: PipelineConfig) -> tuple[MigrationExecutor, tuple[int, 
             SidecarConfig(worker_id=0, model=MODEL, engine_url=w.url), await discover(w.url)
         )
         (bridge,) = make_bridges(side, DEP)
-        sink = KafkaSink(pipe.bootstrap_servers)
+        sink = KafkaProducer(pipe.bootstrap_servers)
         emit = kv_emitter(sink, CODEC, pipe.topics.kv_events, 0)
         for rid, target in (("m-1", 0), ("m-1", 0), ("m-2", 1)):  # duplicate; other worker
             rec = _migration(rid, tokens) | {"target_worker_id": target}
-            sink.send(pipe.topics.migrations, int64_key(rec["first_level_key"]),
-                      CODEC.encode("MigrationRequest", rec))  # fmt: skip
+            sink.produce(pipe.topics.migrations, CODEC.encode("MigrationRequest", rec),
+                         int64_key(rec["first_level_key"]))  # fmt: skip
         assert sink.flush(30) == 0
         ex = MigrationExecutor(0, w.url)
         ctx = zmq.asyncio.Context()

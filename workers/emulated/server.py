@@ -22,12 +22,12 @@ from typing import Any
 
 from aiohttp import web
 
+from kvcompass.byte_tokenizer import chat_prompt, detokenize, tokenize
 from kvcompass.types import Tier
 from workers.emulated.cache import Admission
 from workers.emulated.engine import Engine
 from workers.emulated.http_common import ENGINE, INFO, BadRequest, error, token_ids
 from workers.emulated.kv_copy import kv_export, kv_import
-from workers.emulated.tokenizer import chat_prompt, detokenize, tokenize
 
 VERSION = "0.5.23-kvcompass-emulated"
 

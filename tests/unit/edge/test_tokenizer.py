@@ -1,4 +1,4 @@
-"""The built-in tokenizer is the emulated worker's, chat template included (edge.tokenizer)."""
+"""The edge's built-in tokenizer gives the emulated worker's ids, chat template included."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge.tokenizer import ByteTokenizer, make_tokenizer
+from kvcompass.byte_tokenizer import tokenize
 from kvcompass.errors import ConfigError
 from workers.emulated import server
-from workers.emulated.tokenizer import tokenize
 
 
 @settings(max_examples=100, deadline=None)

@@ -11,26 +11,13 @@ from kvcompass.ludo import PatchKind
 from kvcompass.patch_stream import PatchRecord, explode
 from pipeline.codec import AvroCodec, decode_patch_key
 from pipeline.patch_sink import PatchSink, decode_key, decode_value, encode_records
+from pipeline.producer import MemoryProducer
 from pipeline.registry import InProcessRegistry
 from tests.unit.pipeline._pipeline_fixtures import LAYOUT
 
 REG = InProcessRegistry()
 SID = REG.writer_id("IndexPatch")
 CODEC = AvroCodec(REG, validate=True)
-
-
-class FakeProducer:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes | None, bytes | None, int]] = []
-
-    def produce(self, topic, value=None, key=None, partition=-1):  # type: ignore[no-untyped-def]
-        self.sent.append((topic, value, key, partition))
-
-    def poll(self, timeout: float = 0) -> int:
-        return 0
-
-    def flush(self, timeout: float = 0) -> int:
-        return 0
 
 
 def test_core_and_codec_patch_kinds_agree__enum_codes() -> None:
@@ -67,16 +54,18 @@ def test_sink_sends_images_then_tombstones_on_the_shard_partition__full_image() 
     idx = DiscoveryIndex(LAYOUT, n_shards=2, initial_capacity=32)
     idx.register(0, np.arange(1, 40, dtype=np.uint64))
     patches = [p for p in idx.full_images() if p.shard == 1]
-    fake = FakeProducer()
-    sink = PatchSink(fake, "t", SID)
+    producer = MemoryProducer()
+    sink = PatchSink(producer, "t", SID)
     retired = [(0, 1, 0, int(PatchKind.BUCKET), 5)]
     sink.send(patches, retired, 17, 99)
     images = [r for p in patches for r in explode(p)]
-    assert len(fake.sent) == len(images) + 1
-    assert all(topic == "t" and part == 1 for topic, _, _, part in fake.sent)
-    decoded = [decode_value(SID, v).record for _, v, _, _ in fake.sent[:-1]]  # type: ignore[arg-type]
+    sent = producer.records
+    assert len(sent) == len(images) + 1
+    assert all(r.topic == "t" and r.partition == 1 for r in sent)
+    assert all(r.value is not None for r in sent[:-1])
+    decoded = [decode_value(SID, r.value or b"").record for r in sent[:-1]]
     assert decoded == images
-    assert fake.sent[-1][1] is None and decode_key(fake.sent[-1][2]) == retired[0]  # type: ignore[arg-type]
+    assert sent[-1].value is None and decode_key(sent[-1].key or b"") == retired[0]
     assert (sink.records_sent, sink.tombstones_sent) == (len(images), 1)
 
 

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from kvcompass.errors import ConfigError
+from kvcompass.router.load_report import queue_ms, worker_queue_ms
 from pipeline.codec import AvroCodec
 from pipeline.registry import InProcessRegistry
 from workers.config import SidecarConfig, offset_endpoint
-from workers.load_reporter import queue_ms, vector_record, worker_queue_ms
+from workers.load_reporter import vector_record
 from workers.migration import MigrationExecutor
 from workers.sglang_launch import build_command
 from workers.sidecar import parse_server_info

@@ -1,7 +1,10 @@
-"""The emulated worker's tokenizer and chat template (no engine, no ZMQ imports).
+"""The project's toy tokenizer and chat template: one token per UTF-8 byte.
 
-One token per UTF-8 byte; chat messages render as ``<|{role}|>{content}\\n`` each, then
-``<|assistant|>``. The edge imports this module so the ids it hashes are the ids the worker caches.
+Owns the ids the edge's built-in tokenizer (``edge.tokenizer.ByteTokenizer``) hashes and
+forwards and the ids the emulated SGLang worker (``workers.emulated.server``) tokenizes and
+caches: one implementation below both shells, so the two agree by construction. Chat messages
+render as ``<|{role}|>{content}\\n`` each, then ``<|assistant|>``. Pure: no engine, no I/O. A real
+model's tokenizer is ``edge.hf_tokenizer`` (Hugging Face, on the edge only).
 """
 
 from __future__ import annotations
