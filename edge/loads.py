@@ -20,6 +20,7 @@ import contextlib
 import numpy as np
 
 from edge.app import EdgeApp
+from kvcompass.router.config import load_poll_timeout_ms
 from kvcompass.router.load_report import worker_queue_ms
 
 
@@ -54,7 +55,7 @@ class LocalLoads:
         svc.router.on_broadcast(svc.origin, [worker], [q], svc.clock_ms())
 
     async def poll_once(self) -> None:
-        timeout_s = max(3.0 * self.edge.config.loads_poll_period_ms / 1000.0, 1.0)
+        timeout_s = load_poll_timeout_ms(self.edge.config.loads_poll_period_ms) / 1000.0
         await asyncio.gather(*(self._one(i, w, timeout_s) for i, w in enumerate(self.local)))
         self.polls += 1
 

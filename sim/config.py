@@ -52,7 +52,14 @@ class SimConfig:
     wan_jitter_frac: float = 0.0
     """Actual WAN latency of each message = matrix value x U(1 - j, 1 + j) (Table 4: 0-100%)."""
     index_base_delay_ms: float = 50.0
-    """Worker event -> maintenance unit -> edge view: pipeline latency (Kafka hops, batching)."""
+    """Pipeline latency inside the maintenance units' cluster (Kafka hops, Faust processing),
+    on top of the batch window and the two WAN legs: worker region -> ``maintenance_region``
+    (the sidecar publishes there) and ``maintenance_region`` -> each edge's region."""
+    maintenance_region: str = ""
+    """Region (by name) whose cluster runs the maintenance units; "" = the home region, the
+    deployment's first region (the README's deployment example runs them in ``us``)."""
+    loads_poll_period_ms: float = 100.0
+    """Δ of every edge's local load poll (``EdgeConfig.loads_poll_period_ms``'s default)."""
     index_extra_delay_ms: float = 0.0
     """Added index-update delay (Table 4: 100-300 ms)."""
     index_batch_ms: float = 10.0
@@ -90,6 +97,7 @@ class SimConfig:
             "intra_region_bytes_per_s",
             "load_bin_ms",
             "index_batch_ms",
+            "loads_poll_period_ms",
         ):
             v = float(getattr(self, name))
             if not math.isfinite(v) or v <= 0:

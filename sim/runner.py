@@ -16,24 +16,38 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.deployment import Deployment
 from kvcompass.levels import Levels
+from kvcompass.router import RouterConfig
 from sim import schemes as registry
 from sim.cluster.workers import Cluster, Served
 from sim.config import SimConfig
 from sim.cost import CostModel
+from sim.engine.loads import RegionLoadPoll
 from sim.engine.loop import PRIO_DELIVERY, PRIO_RESPONSE, PRIO_WORKER, EventLoop
 from sim.engine.requests import Requests
 from sim.metrics import Record, load_factor_matrix, summarize
 from sim.network import WanNetwork
-from sim.schemes.base import CacheEventBatch, Migration, Response, Scheme
+from sim.schemes.base import (
+    CacheEventBatch,
+    ClusterShape,
+    ExactCache,
+    ExactQueues,
+    LoadPoll,
+    Migration,
+    Network,
+    RequestTable,
+    Response,
+    Scheme,
+    check_information,
+)
 
 _SEED_STREAMS = ("network", "scheme", "spare")
+_NO_QUEUE = np.zeros(0, dtype=np.float64)
 
 
 @dataclass(slots=True)
@@ -49,18 +63,55 @@ class RunResult:
 
 
 class _Context:
-    """The ``SchemeContext`` handed to a scheme."""
+    """The ``SchemeContext`` handed to a scheme: only the channels its information row allows."""
 
-    def __init__(self, **kw: Any) -> None:
-        self.__dict__.update(kw)
-        self._loop: EventLoop = kw["loop"]
-        self.horizon_ms: float = kw["horizon_ms"]
+    def __init__(
+        self,
+        *,
+        deployment: Deployment,
+        levels: Levels,
+        cost: CostModel,
+        config: SimConfig,
+        router_config: RouterConfig | None,
+        requests: Requests,
+        cluster: ClusterShape,
+        network: WanNetwork,
+        loads: RegionLoadPoll,
+        exact_queues: ExactQueues | None,
+        exact_cache: ExactCache | None,
+        rng: np.random.Generator,
+        loop: EventLoop,
+        horizon_ms: float,
+    ) -> None:
+        self.deployment = deployment
+        self.levels = levels
+        self.cost = cost
+        self.config = config
+        self.router_config = router_config
+        self.requests: RequestTable = requests
+        self.cluster = cluster
+        self.network: Network = network
+        self.loads: LoadPoll = loads
+        self.exact_queues = exact_queues
+        self.exact_cache = exact_cache
+        self.rng = rng
+        self._loop = loop
+        self.horizon_ms = horizon_ms
 
     def schedule(self, at_ms: float, fn: Callable[[float], None], priority: int = 5) -> None:
         # Scheme timers past the last arrival can affect no decision; dropping them lets the
         # drain terminate although periodic timers reschedule themselves.
         if at_ms <= self.horizon_ms:
             self._loop.schedule(at_ms, _call_fn, fn, priority)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """The pool's static shape (``schemes.base.ClusterShape``): all a non-ideal scheme reads."""
+
+    n_workers: int
+    worker_region: NDArray[np.int64]
+    chunk_tokens: int
 
 
 def _call_fn(at_ms: float, fn: Callable[[float], None]) -> None:
@@ -77,7 +128,7 @@ class Run:
         deployment: Deployment,
         levels: Levels,
         config: SimConfig,
-        router_config: Any = None,
+        router_config: RouterConfig | None = None,
     ) -> None:
         self.name = scheme_name
         self.requests = requests
@@ -91,30 +142,47 @@ class Run:
             self.cost.wan_one_way_ms, config, self.loop, np.random.default_rng(streams["network"])
         )
         cls = registry.get(scheme_name)
+        check_information(cls)
         self.cluster = Cluster(
             deployment.worker_region,
             self.cost,
             requests,
             config.eviction,
-            emit_keys=bool(getattr(cls, "wants_index_keys", False)),
-            emit_events=bool(getattr(cls, "wants_cache_events", False)),
+            emit_keys=cls.wants_index_keys,
+            emit_events=cls.wants_cache_events,
+        )
+        horizon = float(requests.arrival_ms[-1]) if requests.n else 0.0
+        self._workers_of = [deployment.workers_of(r) for r in range(deployment.n_regions)]
+        self.loads = RegionLoadPoll(
+            self.cluster,
+            self._workers_of,
+            float(deployment.in_region_one_way_ms),
+            config.loads_poll_period_ms,
+            self.loop,
+            horizon,
+        )
+        shape = _Shape(
+            self.cluster.n_workers, self.cluster.worker_region, self.cluster.chunk_tokens
         )
         self.ctx = _Context(
             deployment=deployment,
             levels=levels,
             cost=self.cost,
             config=config,
+            router_config=router_config,
             requests=requests,
-            cluster=self.cluster,
+            cluster=shape,
             network=self.net,
+            loads=self.loads,
+            exact_queues=self.cluster if cls.exact_queues else None,
+            exact_cache=self.cluster if cls.exact_cache else None,
             rng=np.random.default_rng(streams["scheme"]),
             loop=self.loop,
-            router_config=router_config,
-            horizon_ms=float(requests.arrival_ms[-1]) if requests.n else 0.0,
+            horizon_ms=horizon,
         )
-        self.scheme: Scheme = cls(self.ctx)  # type: ignore[arg-type]
-        self._wants_events = bool(getattr(cls, "wants_cache_events", False))
-        self._wants_responses = bool(getattr(cls, "wants_responses", False))
+        self.scheme: Scheme = cls(self.ctx)
+        self._wants_events = cls.wants_cache_events
+        self._wants_responses = cls.wants_responses
         self.rec = Record.empty(requests.n)
         self._region = deployment.worker_region.tolist()
         # Per-request inputs as Python lists: the per-event paths read scalars, and a numpy
@@ -122,7 +190,6 @@ class Run:
         self._origin = requests.origin.tolist()
         self._arrival = requests.arrival_ms.tolist()
         self._decode_ms = [self.cost.decode_ms(int(n)) for n in requests.output_len.tolist()]
-        self._workers_of = [deployment.workers_of(r) for r in range(deployment.n_regions)]
         self._mig: list[tuple[int, float, float]] = []
         self.n_migrations = 0
 
@@ -134,6 +201,7 @@ class Run:
         origin = req.origin.tolist()
         loop, scheme, net, region = self.loop, self.scheme, self.net, self._region
         rec = self.rec
+        self.loads.start()
         scheme.start()
         for i in range(req.n):
             t = arrival[i]
@@ -190,12 +258,15 @@ class Run:
         if not self._wants_responses:
             return
         r = self._region[w]
-        ws = self._workers_of[r]
         o = self._origin[i]
-        lost = (
-            self.config.queue_loss > 0 and r != o and self.net._uniform() < self.config.queue_loss
+        # The piggybacked vector is what the serving region's edge last polled (edge/handlers.py
+        # adds its queue view to a relayed response), lost with probability queue_loss.
+        reading = self.loads.last(r) if r != o else None
+        lost = reading is None or (
+            self.config.queue_loss > 0 and self.net._uniform() < self.config.queue_loss
         )
-        queue = np.zeros(0) if lost else np.maximum(self.cluster.free_at[ws] - at, 0.0)
+        ws = self._workers_of[r]
+        queue = _NO_QUEUE if lost or reading is None else reading.queue_ms
         resp = Response(
             req=i,
             origin=o,
@@ -205,7 +276,7 @@ class Run:
             arrive_ms=self._arrival[i] + float(self.rec.ttft_ms[i]),
             sent_ms=at,
             region=r,
-            region_workers=ws if not lost else ws[:0],
+            region_workers=ws[:0] if lost else ws,
             queue_ms=queue,
         )
         self.loop.schedule(max(resp.arrive_ms, at), self._on_response, resp, PRIO_RESPONSE)
@@ -289,7 +360,7 @@ def run_scheme(
     levels: Levels,
     config: SimConfig,
     *,
-    router_config: Any = None,
+    router_config: RouterConfig | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Replay ``requests`` under one scheme and return its result."""

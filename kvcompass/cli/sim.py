@@ -76,6 +76,17 @@ def register(subparsers: Any) -> None:
         default=10.0,
         help="window of cache events a maintenance unit applies as one batch (default 10)",
     )
+    p.add_argument(
+        "--maintenance-region",
+        default="",
+        help="region whose cluster runs the maintenance units (default: the first, the home)",
+    )
+    p.add_argument(
+        "--loads-poll-period-ms",
+        type=float,
+        default=100.0,
+        help="period of every edge's local load poll (edge/loads.py; default 100)",
+    )
     p.add_argument("--fp-bits", type=int, default=8, choices=(0, 8, 16))
     p.add_argument("--no-monotone", action="store_true", help="disable the monotonicity rule")
     p.add_argument(
@@ -126,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         index_extra_delay_ms=args.index_delay_ms,
         queue_loss=args.queue_loss,
         index_batch_ms=args.index_batch_ms,
+        maintenance_region=args.maintenance_region,
+        loads_poll_period_ms=args.loads_poll_period_ms,
         cache_chunk_tokens=args.cache_chunk_tokens,
         fp_bits=args.fp_bits,
         monotone=not args.no_monotone,

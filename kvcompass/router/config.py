@@ -167,3 +167,13 @@ class RouterConfig:
         if not (math.isfinite(tau) and tau > 0):
             raise ConfigError(f"derived tau_ms: expected a finite value > 0, got {tau}")
         return tau
+
+
+def load_poll_timeout_ms(period_ms: float) -> float:
+    """How long an edge waits for one local worker's load answer: ``max(3 Δ, 1 s)``.
+
+    A busy host answers late and a late reading is still better than none, so the wait spans
+    several periods, and at least a second for short periods. The edge's poll
+    (``edge/loads.py``) and the simulator's twin (``sim/engine/loads.py``) both use this.
+    """
+    return max(3.0 * period_ms, 1000.0)

@@ -1,8 +1,10 @@
 """Registry of forwarding schemes: name -> class (one scheme per file, vidur-style).
 
 ``SCHEMES`` maps the CLI/JSON name to the class; ``ALL`` is the order of ``--schemes all``
-(the paper's six baselines, then KVCompass, then the Oracle). Ablation variants of KVCompass are
-registered under their own names (``kvcompass_no_load_aware`` ...) but are not part of ``all``.
+(the paper's baselines, then KVCompass, then the paper's least-loaded Oracle); ``IDEAL`` the
+exact-state references (``*_ideal``, see ``sim.schemes.base``'s information rules). Ablation
+variants of KVCompass are registered under their own names (``kvcompass_no_load_aware`` ...)
+but are not part of ``all``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ _ENTRIES: dict[str, str] = {
     "consistent_hash": "sim.schemes.consistent_hash:ConsistentHash",
     "chord": "sim.schemes.chord:Chord",
     "planetserve": "sim.schemes.planetserve:PlanetServe",
-    "central_directory": "sim.schemes.central_directory:CentralDirectory",
+    "central_directory_ideal": "sim.schemes.central_directory:CentralDirectory",
     "skywalker": "sim.schemes.skywalker:SkyWalker",
     "dynamo": "sim.schemes.dynamo:Dynamo",
 }
@@ -33,12 +35,14 @@ ALL: tuple[str, ...] = (
     "consistent_hash",
     "chord",
     "planetserve",
-    "central_directory",
     "skywalker",
     "dynamo",
     "kvcompass",
     "oracle",
 )
+
+IDEAL: tuple[str, ...] = ("central_directory_ideal",)
+"""References with exact live state (``*_ideal``): shown apart, never counted as wins."""
 
 ABLATIONS: tuple[str, ...] = (
     "kvcompass",

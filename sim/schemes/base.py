@@ -6,18 +6,28 @@ clock, the workers and the WAN; a scheme never mutates them, it only returns dec
 (``Route``) and schedules its own timers through the context. One file per scheme, registered by
 name in ``sim.schemes`` (vidur's one-policy-per-file layout).
 
-Honesty rules every scheme follows (they are what the comparison rests on):
+Information rules (sim/README "who knows what, when"; the comparison rests on them). The context
+a scheme receives exposes only the channels a real deployment of its design would have:
 
-* A scheme learns worker state only through the channels its design has: ``on_cache_events``
-  (delivered at emission time; the scheme delays them over ``ctx.network`` to model its own
-  propagation), ``on_response`` (the edge sees the response when it arrives back), and its own
-  timers. Only schemes whose design is "exact global state" (Oracle, Central Directory) may read
-  ``ctx.cluster`` live; they pay for it in ``Route.lookup_ms`` where their design says so.
-* The engine adds the WAN round trip origin -> worker -> origin, queueing, reload and prefill to
-  every request; a scheme adds only its discovery cost (``lookup_ms``: a directory round trip,
-  DHT hops).
-* The worker reuses exactly the prefix it truly holds, whatever the scheme claimed
-  (``claimed_tokens`` only feeds the false-hit metric and the scheme's own belief).
+* **Cache state**: ``on_cache_events`` is called when the worker emits (prefill finish); the
+  scheme carries the events to wherever its design keeps them over ``ctx.network`` (one-way WAN
+  at least) before any decision may use them.
+* **Queues of the edge's own region**: ``ctx.loads``, the periodic load poll of a real edge
+  (``edge/loads.py``: every ``loads_poll_period_ms``, answers one in-region round trip later).
+* **Remote queues**: only what the scheme itself ships over ``ctx.network`` (vectors built from
+  the poll readings of the sending region) or finds in ``Response.queue_ms`` (the serving
+  region's last poll reading, piggybacked).
+* **Exact live state** (``ctx.exact_cache``: every worker's true match; ``ctx.exact_queues``:
+  every worker's true backlog) is given only to schemes that declare it and whose name ends in
+  ``_ideal`` (references, never counted as wins); the paper's least-loaded ``oracle`` (the
+  load-factor floor, §5.3) may declare ``exact_queues`` only. Everyone else gets ``None``, and
+  the runner refuses a scheme that declares what its name does not allow
+  (``check_information``).
+
+The engine adds the WAN round trip origin -> worker -> origin, queueing, reload and prefill to
+every request; a scheme adds only its discovery cost (``lookup_ms``: a directory round trip, DHT
+hops). The worker reuses exactly the prefix it truly holds, whatever the scheme claimed
+(``claimed_tokens`` only feeds the false-hit metric and the scheme's own belief).
 
 Lifecycle: ``__init__(ctx)`` -> ``start()`` (schedule timers) -> ``route`` per request in arrival
 order, interleaved with callbacks in virtual-time order -> ``finish()``.
@@ -33,9 +43,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from kvcompass.errors import ConfigError
+
 if TYPE_CHECKING:
     from kvcompass.deployment import Deployment
     from kvcompass.levels import Levels
+    from kvcompass.router import RouterConfig
     from sim.config import SimConfig
     from sim.cost import CostModel
 
@@ -75,8 +88,9 @@ class Migration:
 class Response:
     """What the edge of ``origin`` learns when the first token of request ``req`` comes back.
 
-    ``queue_ms`` is the serving region's per-worker backlog (ms of queued prefill) at the moment
-    the worker sent the response, indexed like ``region_workers`` (the piggybacked vector).
+    ``queue_ms`` is the serving region's per-worker backlog (ms of queued prefill) as that region's
+    edge last polled it (``LoadPoll.last``) when the response left, indexed like
+    ``region_workers`` (the piggybacked vector; empty when lost, or before the first poll).
     """
 
     req: int
@@ -124,38 +138,112 @@ class CacheEventBatch:
 
 
 class RequestTable(Protocol):
-    """Every request of the run, with its prefix keys computed once before the replay."""
+    """Every request of the run, with its prefix keys computed once before the replay.
 
-    n: int
-    arrival_ms: NDArray[np.float64]
-    origin: NDArray[np.int64]
-    prompt_len: NDArray[np.int64]
-    output_len: NDArray[np.int64]
-    lengths: NDArray[np.int64]
-    """Every indexed length of the deployment (union of all levels), ascending."""
+    Static inputs a scheme may read for request ``i`` when it routes ``i`` (what the edge has
+    once the prompt arrived: its tokens, hence its keys) or for requests already routed.
+    """
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def arrival_ms(self) -> NDArray[np.float64]: ...
+    @property
+    def origin(self) -> NDArray[np.int64]: ...
+    @property
+    def prompt_len(self) -> NDArray[np.int64]: ...
+    @property
+    def output_len(self) -> NDArray[np.int64]: ...
+    @property
+    def lengths(self) -> NDArray[np.int64]:
+        """Every indexed length of the deployment (union of all levels), ascending."""
+        ...
+
+    @property
+    def key_offsets(self) -> NDArray[np.int64]:
+        """(n + 1,) request ``i``'s keys are ``keys[key_offsets[i]:key_offsets[i + 1]]``."""
+        ...
+
+    @property
+    def keys(self) -> NDArray[np.uint64]:
+        """Prefix keys of every request at every indexed length <= its prompt, concatenated."""
+        ...
 
     def keys_of(self, i: int) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
         """(lengths, keys) of request ``i`` at every indexed length <= its prompt, ascending."""
+        ...
+
+    def query_of(self, i: int, origin: int) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+        """(lengths, keys) an edge in ``origin`` queries for request ``i`` (its query union)."""
         ...
 
     def nodes_of(self, i: int) -> NDArray[np.int64]:
         """Prefix-unique ids of request ``i``'s full cache chunks, in order."""
         ...
 
+    def keys_for_changes(
+        self, owners: NDArray[np.int64], depths: NDArray[np.int64], regions: NDArray[np.int64]
+    ) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
+        """Keys inside many changed chunks, each at its worker region's registration lengths;
+        returns (keys, item): ``item[j]`` is the change key ``j`` came from."""
+        ...
 
-class ClusterView(Protocol):
-    """Read-only live state of the simulated workers (exact; see the honesty rules above)."""
 
-    n_workers: int
-    worker_region: NDArray[np.int64]
-    chunk_tokens: int
+class ClusterShape(Protocol):
+    """The static shape of the pool (every scheme knows it at deployment time)."""
+
+    @property
+    def n_workers(self) -> int: ...
+    @property
+    def worker_region(self) -> NDArray[np.int64]: ...
+    @property
+    def chunk_tokens(self) -> int: ...
+
+
+class ExactQueues(Protocol):
+    """Every worker's exact live backlog: for ``*_ideal`` references and the paper's Oracle."""
 
     def backlog_ms(self, now_ms: float) -> NDArray[np.float64]:
         """Queued prefill work of every worker at ``now_ms`` (ms until its FIFO drains)."""
         ...
 
+
+class ExactCache(Protocol):
+    """Every worker's exact live cache: for ``*_ideal`` references only."""
+
     def match_all(self, req: int) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
         """Tokens of request ``req``'s prompt every worker truly holds now, and their tier."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReading:
+    """One completed load poll of ``region``'s workers (what an edge's ``LocalLoads`` gets).
+
+    ``queue_ms[i]`` is worker ``workers[i]``'s backlog when its answer was produced
+    (``taken_ms``); the reading reaches the region's edge at ``at_ms``.
+    """
+
+    region: int
+    workers: NDArray[np.int64]
+    queue_ms: NDArray[np.float64]
+    taken_ms: float
+    at_ms: float
+
+
+class LoadPoll(Protocol):
+    """The periodic in-region load poll of every region's edge (mirrors ``edge/loads.py``)."""
+
+    period_ms: float
+    timeout_ms: float
+
+    def subscribe(self, region: int, deliver: Callable[[LoadReading], None]) -> None:
+        """Call ``deliver(reading)`` with every poll of ``region`` as it completes."""
+        ...
+
+    def last(self, region: int) -> LoadReading | None:
+        """``region``'s latest completed poll (None before the first): what its edge, and its
+        load reporter's vector, know of its workers now."""
         ...
 
 
@@ -164,6 +252,10 @@ class Network(Protocol):
 
     def one_way_ms(self, src_region: int, dst_region: int) -> float:
         """Static one-way latency of the matrix (what a router may assume)."""
+        ...
+
+    def sample_ms(self, src_region: int, dst_region: int) -> float:
+        """Actual latency of one message now (matrix with the run's jitter)."""
         ...
 
     def send(
@@ -182,27 +274,89 @@ class Network(Protocol):
 
 
 class SchemeContext(Protocol):
-    """What the engine hands a scheme at construction."""
+    """What the engine hands a scheme at construction (see the information rules above).
 
-    deployment: Deployment
-    levels: Levels
-    cost: CostModel
-    config: SimConfig
-    requests: RequestTable
-    cluster: ClusterView
-    network: Network
-    rng: np.random.Generator
-    """This scheme's own stream, spawned from the run's SeedSequence."""
+    Members are read-only for the scheme (properties), so any object with these attributes
+    (the runner's context, the baseline tests' ``FakeContext``) implements it.
+    """
+
+    @property
+    def deployment(self) -> Deployment: ...
+    @property
+    def levels(self) -> Levels: ...
+    @property
+    def cost(self) -> CostModel: ...
+    @property
+    def config(self) -> SimConfig: ...
+    @property
+    def router_config(self) -> RouterConfig | None:
+        """The run's router tunables (None: the defaults)."""
+        ...
+
+    @property
+    def requests(self) -> RequestTable: ...
+    @property
+    def cluster(self) -> ClusterShape: ...
+    @property
+    def network(self) -> Network: ...
+    @property
+    def loads(self) -> LoadPoll: ...
+    @property
+    def exact_queues(self) -> ExactQueues | None:
+        """Exact live backlogs, or None (only ``*_ideal`` schemes and ``oracle`` get them)."""
+        ...
+
+    @property
+    def exact_cache(self) -> ExactCache | None:
+        """Exact live cache state, or None (only ``*_ideal`` schemes get it)."""
+        ...
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """This scheme's own stream, spawned from the run's SeedSequence."""
+        ...
 
     def schedule(self, at_ms: float, fn: Callable[[float], None], priority: int = 5) -> None:
         """Call ``fn(at_ms)`` at virtual time ``at_ms`` (ties: lower priority first, then FIFO)."""
         ...
 
 
+class InformationError(ConfigError):
+    """A scheme declares knowledge that its name does not allow (see the information rules)."""
+
+
+def check_information(cls: type[Scheme]) -> None:
+    """Refuse ``cls`` if it declares exact state its name does not allow."""
+    ideal = cls.name.endswith("_ideal")
+    if cls.exact_cache and not ideal:
+        raise InformationError(
+            f"scheme {cls.name!r}: exact live cache state is for '*_ideal' references only"
+        )
+    if cls.exact_queues and not (ideal or cls.name == ORACLE_NAME):
+        raise InformationError(
+            f"scheme {cls.name!r}: exact live queues are for '*_ideal' references and "
+            f"{ORACLE_NAME!r} (the load-factor floor) only"
+        )
+
+
+ORACLE_NAME = "oracle"
+"""The paper's least-loaded Oracle (§5.3): the one non-ideal name allowed exact queues."""
+
+
 class Scheme(ABC):
     """Base class of every forwarding scheme. Subclasses set ``name`` and implement ``route``."""
 
     name: ClassVar[str] = ""
+    exact_queues: ClassVar[bool] = False
+    """Reads ``ctx.exact_queues`` (allowed for ``*_ideal`` and ``oracle`` only)."""
+    exact_cache: ClassVar[bool] = False
+    """Reads ``ctx.exact_cache`` (allowed for ``*_ideal`` only)."""
+    wants_cache_events: ClassVar[bool] = False
+    """The engine builds ``CacheEventBatch`` es for it (they cost time to build)."""
+    wants_index_keys: ClassVar[bool] = False
+    """The batches carry index keys (``stored``/``removed``...), not only the raw change list."""
+    wants_responses: ClassVar[bool] = False
+    """``on_response`` is called (with the piggybacked vector)."""
 
     def __init__(self, ctx: SchemeContext) -> None:
         self.ctx = ctx

@@ -39,13 +39,15 @@ import heapq
 import numpy as np
 
 from kvcompass.router.config import RouterConfig
-from sim.schemes.base import Route, Scheme, SchemeContext
+from sim.schemes.base import InformationError, Route, Scheme, SchemeContext
 
 
 class CentralDirectory(Scheme):
     """One exact directory in the best-connected region; a WAN round trip per request."""
 
-    name = "central_directory"
+    name = "central_directory_ideal"
+    exact_cache = True
+    exact_queues = True
 
     def __init__(self, ctx: SchemeContext) -> None:
         super().__init__(ctx)
@@ -78,6 +80,9 @@ class CentralDirectory(Scheme):
         self.pending = np.zeros(self.n_workers, dtype=np.float64)
         self._inflight: list[tuple[float, int, float]] = []
         self.n_lookups = 0
+        if ctx.exact_cache is None or ctx.exact_queues is None:
+            raise InformationError(f"{self.name}: the engine gave no exact state")
+        self._cache, self._queues = ctx.exact_cache, ctx.exact_queues
 
     def route(self, req: int, now_ms: float) -> Route:
         rq = self.ctx.requests
@@ -87,9 +92,9 @@ class CentralDirectory(Scheme):
         while inflight and inflight[0][0] <= now_ms:
             _, w, work = heapq.heappop(inflight)
             pending[w] -= work
-        matched, tiers = self.ctx.cluster.match_all(req)
+        matched, tiers = self._cache.match_all(req)
         m = matched.astype(np.float64)
-        tq = self.ctx.cluster.backlog_ms(now_ms) + np.maximum(pending, 0.0)
+        tq = self._queues.backlog_ms(now_ms) + np.maximum(pending, 0.0)
         lam = min(self.lambda_max, float(tq.min()) / self.tau)
         reload = self.gamma * m * (tiers == 2)
         score = self.rtt_to[origin] + tq + (1.0 + lam) * self.beta * (prompt - m) + reload

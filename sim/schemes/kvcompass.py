@@ -6,14 +6,18 @@ Owns only the wiring: one ``Router`` per edge region (joint score, cache belief,
 current by the patches it emits. Must not re-implement any of them: the simulator calls the very
 code the edge and the pipeline run (DESIGN §2).
 
-Propagation. Cache events become patches at the maintenance units at emission time; the patch
-batch reaches the edge views after ``SimConfig.index_delay_ms`` (+ the in-region hop), in order
-(a Kafka partition is ordered), and a batch may be lost (``index_loss``; a later batch of the same
-shard is still applied, as the view's sequencer allows gaps). One view is shared by all edges:
-every edge consumes the same patch topic with the same delay, so their views are identical; loss
-is therefore per batch for all edges at once (a documented simplification). Queue vectors: every
-Δ each region broadcasts its workers' backlog to every region that got no piggybacked vector in
-the period, over the jittered WAN, with ``queue_loss``; cross-region responses piggyback theirs.
+Propagation (sim/README "who knows what, when"). A worker's cache events travel one-way WAN
+(jittered; in order per worker, as a Kafka partition keyed by worker) to the maintenance units'
+region (``SimConfig.maintenance_region``, default the home region). Each ``index_batch_ms``
+window's events become one batch of index ops per shard; its patches reach the view of the edge
+in region o after ``index_delay_ms`` (pipeline + ``--index-delay-ms``) plus the jittered one-way
+WAN from the maintenance region to o, in order per region (an ordered partition, mirrored); a
+batch may be lost (``index_loss``, at the maintenance units, so for every region at once; a later
+batch of the same shard is still applied, as the view's sequencer allows gaps). Every edge has
+its own ``IndexView``. Local queues: the edge's periodic load poll (``ctx.loads``, the twin of
+``edge/loads.py``) plus the router's herding guard. Remote queues: every Δ each region sends its
+last poll reading to every region that got no piggybacked vector within Δ, over the jittered
+WAN, with ``queue_loss``; cross-region responses piggyback the serving region's last reading.
 
 Ablations (paper §5.4) are subclasses that flip ``RouterConfig`` switches; ``SimConfig.fp_bits``
 and ``monotone`` switch the view's fingerprints and the monotonicity rule.
@@ -28,12 +32,22 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from kvcompass.deployment import Deployment
+from kvcompass.errors import ConfigError
 from kvcompass.index import DiscoveryIndex, ShardPatch
 from kvcompass.index_view import IndexView
 from kvcompass.layout import TableLayout
 from kvcompass.router import BroadcastSchedule, Router, RouterConfig
 from kvcompass.types import Tier
-from sim.schemes.base import CacheEventBatch, Migration, Response, Route, Scheme, SchemeContext
+from sim.schemes.base import (
+    CacheEventBatch,
+    LoadReading,
+    Migration,
+    Response,
+    Route,
+    Scheme,
+    SchemeContext,
+)
 
 # index tier code of each change kind (stored: the batch's stored_tier, filled in per batch)
 _KIND_CODE = np.array([0, int(Tier.VRAM), int(Tier.DRAM), int(Tier.NONE)], dtype=np.int64)
@@ -54,8 +68,7 @@ class KVCompass(Scheme):
     def __init__(self, ctx: SchemeContext) -> None:
         super().__init__(ctx)
         dep, lv, cfg = ctx.deployment, ctx.levels, ctx.config
-        base: RouterConfig = getattr(ctx, "router_config", None) or RouterConfig()
-        rc = replace(base, **self.router_overrides)
+        rc = replace(ctx.router_config or RouterConfig(), **self.router_overrides)
         self.router_config = rc
         n_regions = dep.n_regions
         self.routers = [Router.from_deployment(dep, lv, o, rc) for o in range(n_regions)]
@@ -64,25 +77,29 @@ class KVCompass(Scheme):
         self.index = DiscoveryIndex(
             layout, n_shards=cfg.n_shards, fp_bits=cfg.fp_bits, seed=cfg.seed
         )
-        self.view = IndexView(layout, lv.matrix, cfg.n_shards, monotone=cfg.monotone)
+        self.maintenance_region = _region_index(dep, cfg.maintenance_region)
         # An edge starts by reading the compacted patch topic from the beginning: every table's
         # epoch header and images, before any request.
-        self.view.apply_all(self.index.full_images())
+        images = self.index.full_images()
+        self.views: list[IndexView] = []
+        for _ in range(n_regions):
+            view = IndexView(layout, lv.matrix, cfg.n_shards, monotone=cfg.monotone)
+            view.apply_all(images)
+            self.views.append(view)
         self.schedules = [
             BroadcastSchedule(r, n_regions, rc.broadcast_period_ms) for r in range(n_regions)
         ]
         self._workers_of = [dep.workers_of(r) for r in range(n_regions)]
-        self._local = [self.routers[o].queue_view.local_workers for o in range(n_regions)]
         self._worker_region = dep.worker_region.tolist()
         req = ctx.requests
+        self._requests = req
         self._origin = req.origin.tolist()
         self._prompt = req.prompt_len.tolist()
-        self._key_offsets = req.key_offsets  # type: ignore[attr-defined]
-        self._keys = req.keys  # type: ignore[attr-defined]
+        keys, offsets = req.keys, req.key_offsets
         # Family key (the first key) of every request as a Python int; read only when the
         # request has keys (a prompt shorter than every indexed length has none).
-        offs = np.minimum(self._key_offsets[:-1], max(self._keys.size - 1, 0))
-        self._family = self._keys[offs].tolist() if self._keys.size else [0] * req.n
+        offs = np.minimum(offsets[:-1], max(keys.size - 1, 0))
+        self._family = keys[offs].tolist() if keys.size else [0] * req.n
         self._pending: list[Migration] = []
         self._table_arr = np.array(
             [layout.field_of(w)[0] for w in range(dep.n_workers)], dtype=np.int64
@@ -91,10 +108,10 @@ class KVCompass(Scheme):
             [layout.field_of(w)[1] for w in range(dep.n_workers)], dtype=np.int64
         )
         self._region_arr = np.asarray(dep.worker_region, dtype=np.int64)
-        self._requests: Any = ctx.requests
         self._buf: list[CacheEventBatch] = []
         self._flush_due = False
-        self._last_index_at = 0.0
+        self._event_at = [0.0] * dep.n_workers  # last arrival at the MUs, per worker
+        self._index_at = [0.0] * n_regions  # last patch delivery, per edge region
         self.patch_bytes = 0
         self.patch_batches = 0
         self.patches_lost = 0
@@ -103,14 +120,22 @@ class KVCompass(Scheme):
 
     # -- timers ---------------------------------------------------------------------------------
     def start(self) -> None:
+        for r in range(len(self.routers)):
+            self.ctx.loads.subscribe(r, self._on_local_loads)
         self.ctx.schedule(self.router_config.broadcast_period_ms, self._broadcast)
 
+    def _on_local_loads(self, reading: LoadReading) -> None:
+        """The edge's own poll answered: readings replace the local estimates (edge/loads.py)."""
+        r = reading.region
+        self.routers[r].on_broadcast(r, reading.workers, reading.queue_ms, reading.at_ms)
+
     def _broadcast(self, now: float) -> None:
-        backlog = self.ctx.cluster.backlog_ms(now)
-        net = self.ctx.network
+        net, loads = self.ctx.network, self.ctx.loads
         for r, sched in enumerate(self.schedules):
-            ws = self._workers_of[r]
-            vec = backlog[ws]
+            reading = loads.last(r)
+            if reading is None:
+                continue
+            ws, vec = reading.workers, reading.queue_ms
             for o in sched.targets(now).tolist():
                 self.queue_bytes += 8 + QUEUE_ENTRY_BYTES * ws.size
                 net.send("queue", r, o, now, self._on_broadcast, (o, r, ws, vec))
@@ -124,10 +149,8 @@ class KVCompass(Scheme):
     def route(self, req: int, now_ms: float) -> Route:
         o = self._origin[req]
         router = self.routers[o]
-        local = self._local[o]
-        router.set_local_queues(self.ctx.cluster.backlog_ms(now_ms)[local], now_ms)
-        lengths, keys = self.ctx.requests.query_of(req, o)  # type: ignore[attr-defined]
-        match = self.view.match_keys(o, lengths, keys)
+        lengths, keys = self._requests.query_of(req, o)
+        match = self.views[o].match_keys(o, lengths, keys)
         decision = router.choose(self._prompt[req], match.matched_tokens, match.tiers, now_ms)
         router.on_forward(decision, now_ms)
         if self.router_config.migration and keys.size:
@@ -166,12 +189,21 @@ class KVCompass(Scheme):
         )
 
     def on_cache_events(self, batch: CacheEventBatch) -> None:
+        """The worker's sidecar publishes: the events reach the maintenance units one WAN later."""
         if batch.kinds.size == 0:
             return
+        w = batch.worker
+        sent = self.ctx.network.sample_ms(self._worker_region[w], self.maintenance_region)
+        # One partition per worker: a later batch never overtakes an earlier one.
+        at = max(batch.at_ms + sent, self._event_at[w])
+        self._event_at[w] = at
+        self.ctx.schedule(at, functools.partial(self._at_maintenance, batch), 1)
+
+    def _at_maintenance(self, batch: CacheEventBatch, now: float) -> None:
         self._buf.append(batch)
         if not self._flush_due:
             self._flush_due = True
-            self.ctx.schedule(batch.at_ms + self.ctx.config.index_batch_ms, self._flush, 1)
+            self.ctx.schedule(now + self.ctx.config.index_batch_ms, self._flush, 1)
 
     def _flush(self, now: float) -> None:
         """Apply one window's events as one batch of index ops per shard; ship the patches."""
@@ -209,16 +241,18 @@ class KVCompass(Scheme):
         self.patch_batches += 1
         self.patch_bytes += sum(p.batch.wire_bytes() for p in patches)
         cfg = self.ctx.config
-        # Patches of a shard travel one ordered partition: never overtake an earlier batch.
-        at = max(now + cfg.index_delay_ms, self._last_index_at)
-        self._last_index_at = at
         if cfg.index_loss > 0 and self.ctx.rng.random() < cfg.index_loss:
             self.patches_lost += 1
             return
-        self.ctx.schedule(at, functools.partial(self._apply, patches), priority=2)
+        net, mu = self.ctx.network, self.maintenance_region
+        for o in range(len(self.views)):
+            # Patches of a shard travel one ordered partition: never overtake an earlier batch.
+            at = max(now + cfg.index_delay_ms + net.sample_ms(mu, o), self._index_at[o])
+            self._index_at[o] = at
+            self.ctx.schedule(at, functools.partial(self._apply, o, patches), priority=2)
 
-    def _apply(self, patches: list[ShardPatch], at_ms: float) -> None:
-        self.view.apply_all(patches)
+    def _apply(self, region: int, patches: list[ShardPatch], at_ms: float) -> None:
+        self.views[region].apply_all(patches)
 
     def finish(self) -> dict[str, float]:
         return {
@@ -230,6 +264,16 @@ class KVCompass(Scheme):
             "migrations_asked": float(self.migrations_asked),
             "index_entries": float(self.index.entries()),
         }
+
+
+def _region_index(dep: Deployment, name: str) -> int:
+    """Index of the region called ``name``; "" is the home region (the first)."""
+    if not name:
+        return 0
+    names = [r.name for r in dep.regions]
+    if name not in names:
+        raise ConfigError(f"maintenance_region: expected one of {names}, got {name!r}")
+    return names.index(name)
 
 
 class NoLoadAware(KVCompass):

@@ -17,13 +17,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from sim.schemes.base import Route, Scheme, SchemeContext
+from sim.schemes.base import InformationError, Route, Scheme, SchemeContext
 
 
 class Oracle(Scheme):
     """argmin over all workers of (wait at arrival incl. in-flight work, one-way WAN)."""
 
     name: ClassVar[str] = "oracle"
+    exact_queues: ClassVar[bool] = True  # the load-factor floor reads exact backlogs (§5.3)
 
     def __init__(self, ctx: SchemeContext) -> None:
         super().__init__(ctx)
@@ -36,6 +37,9 @@ class Oracle(Scheme):
         self._beta = ctx.cost.prefill_ms_per_token.tolist()
         self._inflight = np.zeros(ctx.cluster.n_workers, dtype=np.float64)
         self._arrivals: list[tuple[float, int, float]] = []
+        if ctx.exact_queues is None:
+            raise InformationError("oracle: the engine gave no exact queues")
+        self._queues = ctx.exact_queues
 
     def route(self, req: int, now_ms: float) -> Route:
         arrivals, inflight = self._arrivals, self._inflight
@@ -44,7 +48,7 @@ class Oracle(Scheme):
             inflight[w_done] -= ms
         o = self._origin[req]
         ow = self._one_way[o]
-        wait = np.maximum(self.ctx.cluster.backlog_ms(now_ms) + inflight - ow, 0.0)
+        wait = np.maximum(self._queues.backlog_ms(now_ms) + inflight - ow, 0.0)
         # lexicographic (wait, WAN): WAN is < 1e3 ms, so scale it below any real wait difference
         w = int(np.argmin(wait + ow * 1e-9))
         ms = self._beta[w] * self._prompt[req]

@@ -1,24 +1,28 @@
-"""Fakes of the simulator ports for the baseline tests (not a test module).
+"""A scheme context for the baseline tests (not a test module).
 
-The fake context implements the ports of ``sim.schemes.base`` (request table, cluster view,
-network, timers) over hand-built prompts, so each test drives a scheme's channels explicitly.
+``FakeContext`` implements ``sim.schemes.base.SchemeContext`` with the simulator's real event
+loop, WAN model and load poll; only the request table (hand-built prompts) and the workers'
+cache and queue state (set by each test) are fakes, so each test drives a scheme's channels
+explicitly and in the engine's own event order.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.deployment import Deployment, Region
 from kvcompass.levels import Levels
+from kvcompass.router import RouterConfig
 from sim.config import SimConfig
 from sim.cost import CostModel
+from sim.engine.loads import RegionLoadPoll
+from sim.engine.loop import EventLoop
+from sim.network import WanNetwork
 from sim.schemes._holders import mix64
-from sim.schemes.base import CacheEventBatch, Response, Scheme
+from sim.schemes.base import CacheEventBatch, ExactCache, ExactQueues, Response, Scheme
 
 CHUNK = 64
 _NO = np.zeros(0, dtype=np.uint64)
@@ -78,6 +82,32 @@ class FakeRequests:
         keys = [mix64(int(nodes[-(-int(n) // CHUNK) - 1]), int(n)) >> 1 for n in lens]
         return lens, np.array(keys, dtype=np.uint64)
 
+    def query_of(self, i: int, origin: int) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+        return self.keys_of(i)  # every region queries every indexed length here
+
+    @property
+    def key_offsets(self) -> NDArray[np.int64]:
+        counts = [self.keys_of(i)[0].size for i in range(self.n)]
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    @property
+    def keys(self) -> NDArray[np.uint64]:
+        parts = [self.keys_of(i)[1] for i in range(self.n)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+    def keys_for_changes(
+        self, owners: NDArray[np.int64], depths: NDArray[np.int64], regions: NDArray[np.int64]
+    ) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
+        """Keys at every indexed length inside each changed chunk (no per-region lengths here)."""
+        keys: list[int] = []
+        item: list[int] = []
+        for j, (owner, depth) in enumerate(zip(owners.tolist(), depths.tolist(), strict=True)):
+            lens, ks = self.keys_of(owner)
+            inside = (lens > depth * CHUNK) & (lens <= (depth + 1) * CHUNK)
+            keys += ks[inside].tolist()
+            item += [j] * int(inside.sum())
+        return np.array(keys, dtype=np.uint64), np.array(item, dtype=np.int64)
+
 
 class FakeCluster:
     """Holdings and backlogs set by the test (what a strong directory would read)."""
@@ -104,65 +134,44 @@ class FakeCluster:
         return out, (out > 0).astype(np.uint8)
 
 
-class FakeLoop:
-    def __init__(self) -> None:
-        self.heap: list[tuple[float, int, Callable[[float], None]]] = []
-        self.seq = 0
-        self.now = 0.0
-
-    def push(self, at: float, fn: Callable[[float], None]) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (at, self.seq, fn))
-
-    def run_until(self, t: float) -> None:
-        while self.heap and self.heap[0][0] <= t:
-            at, _, fn = heapq.heappop(self.heap)
-            self.now = at
-            fn(at)
-        self.now = max(self.now, t)
-
-
-class FakeNetwork:
-    """Static latencies (diagonal = in-region hop), no jitter, no loss."""
-
-    def __init__(self, cost: CostModel, loop: FakeLoop) -> None:
-        self.m = cost.wan_one_way_ms
-        self.loop = loop
-        self.sent = 0
-
-    def one_way_ms(self, src_region: int, dst_region: int) -> float:
-        return float(self.m[src_region, dst_region])
-
-    def send(
-        self,
-        channel: str,
-        src_region: int,
-        dst_region: int,
-        now_ms: float,
-        deliver: Callable[[float, Any], None],
-        payload: Any,
-        extra_delay_ms: float = 0.0,
-    ) -> bool:
-        self.sent += 1
-        at = now_ms + self.one_way_ms(src_region, dst_region) + extra_delay_ms
-        self.loop.push(at, lambda t: deliver(t, payload))
-        return True
-
-
 class FakeContext:
-    def __init__(self, dep: Deployment) -> None:
+    """A ``SchemeContext`` over hand-built prompts, on the real event loop, WAN and load poll.
+
+    Only the request table and the cache/queue state are hand-set (``FakeCluster``); exact state
+    is handed to the scheme only when the test says so (``exact=True``: the ``*_ideal`` rows).
+    """
+
+    def __init__(self, dep: Deployment, *, exact: bool = False) -> None:
         self.deployment = dep
         self.levels = Levels.from_deployment(dep)
         self.config = SimConfig()
+        self.router_config: RouterConfig | None = None
         self.cost = CostModel.build(dep, self.config)
         self.requests = FakeRequests(self.levels)
         self.cluster = FakeCluster(dep, self.requests)
-        self.loop = FakeLoop()
-        self.network = FakeNetwork(self.cost, self.loop)
+        self.loop = EventLoop()
+        self.network = WanNetwork(
+            self.cost.wan_one_way_ms, self.config, self.loop, np.random.default_rng(3)
+        )
+        workers_of = [dep.workers_of(r) for r in range(dep.n_regions)]
+        self.loads = RegionLoadPoll(
+            self.cluster,
+            workers_of,
+            float(dep.in_region_one_way_ms),
+            self.config.loads_poll_period_ms,
+            self.loop,
+            float("inf"),
+        )
+        self.exact_queues: ExactQueues | None = self.cluster if exact else None
+        self.exact_cache: ExactCache | None = self.cluster if exact else None
         self.rng = np.random.default_rng(7)
 
     def schedule(self, at_ms: float, fn: Callable[[float], None], priority: int = 5) -> None:
-        self.loop.push(at_ms, fn)
+        self.loop.schedule(at_ms, _call, fn, priority)
+
+
+def _call(at_ms: float, fn: Callable[[float], None]) -> None:
+    fn(at_ms)
 
 
 def three_regions(wan: float = 100.0, workers: tuple[int, int, int] = (4, 2, 2)) -> Deployment:

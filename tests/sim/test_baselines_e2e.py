@@ -27,14 +27,21 @@ def small_run() -> dict[str, Any]:
     levels = Levels.from_deployment(dep)
     wl = make_workload("mixed", 400, 4.0, dep, 3)
     requests = Requests(wl, levels, cfg.chunk_tokens_for(wl.block_tokens))
-    names = ["consistent_hash", "chord", "planetserve", "central_directory", "skywalker", "dynamo"]
+    names = [
+        "consistent_hash",
+        "chord",
+        "planetserve",
+        "central_directory_ideal",
+        "skywalker",
+        "dynamo",
+    ]
     out = {n: run_scheme(n, requests, dep, levels, cfg) for n in names}
     return {"dep": dep, "requests": requests, "results": out}
 
 
 @pytest.mark.parametrize(
     "name",
-    ["consistent_hash", "chord", "planetserve", "central_directory", "skywalker", "dynamo"],
+    ["consistent_hash", "chord", "planetserve", "central_directory_ideal", "skywalker", "dynamo"],
 )
 def test_end_to_end__every_request_served_with_finite_ttft(
     small_run: dict[str, Any], name: str
@@ -47,7 +54,7 @@ def test_end_to_end__every_request_served_with_finite_ttft(
 
 
 def test_end_to_end__central_directory_ttft_includes_the_lookup(small_run: dict[str, Any]) -> None:
-    res = small_run["results"]["central_directory"]
+    res = small_run["results"]["central_directory_ideal"]
     dep: Deployment = small_run["dep"]
     origin = small_run["requests"].origin
     d = int(res.scheme_stats["directory_region"])
@@ -144,7 +151,7 @@ def test_end_to_end__runs_are_deterministic_under_jitter_and_loss() -> None:
     levels = Levels.from_deployment(dep)
     wl = make_workload("wildchat", 150, 20.0, dep, 5)
     requests = Requests(wl, levels, cfg.chunk_tokens_for(wl.block_tokens))
-    for name in ("consistent_hash", "chord", "planetserve", "central_directory", "skywalker"):
+    for name in ("consistent_hash", "chord", "planetserve", "central_directory_ideal", "skywalker"):
         a = run_scheme(name, requests, dep, levels, cfg)
         b = run_scheme(name, requests, dep, levels, cfg)
         assert np.array_equal(a.record.worker, b.record.worker), name
