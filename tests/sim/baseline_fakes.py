@@ -15,9 +15,9 @@ from numpy.typing import NDArray
 
 from kvcompass.deployment import Deployment, Region
 from kvcompass.levels import Levels
+from kvcompass.mix import mix64
 from sim.config import SimConfig
 from sim.cost import CostModel
-from sim.schemes._holders import mix64
 from sim.schemes.base import CacheEventBatch, Response, Scheme
 
 CHUNK = 64
