@@ -401,3 +401,20 @@ def concat_ranges_naive(starts: list[list[int]], counts: list[list[int]]) -> lis
         [v for s, c in zip(srow, crow, strict=True) for v in range(s, s + c)]
         for srow, crow in zip(starts, counts, strict=True)
     ]
+
+
+# =============================================================================================
+# kvcompass.ring — consistent-hash rings, by sorting (point, vnode) pairs and bisecting
+# =============================================================================================
+def ring_owner_naive(n_members: int, vnodes: int, seed: int, key: int) -> int:
+    """Owner of ``key``: the first virtual node clockwise of ``mix64(key, seed)``."""
+    import bisect
+
+    def mix(x: int) -> int:
+        return splitmix64_mix(((x ^ seed) + 0x9E3779B97F4A7C15) & _M64)
+
+    pts = sorted(
+        (mix(m * vnodes + k), m * vnodes + k, m) for m in range(n_members) for k in range(vnodes)
+    )
+    i = bisect.bisect_left([p for p, _, _ in pts], mix(key))
+    return pts[i % len(pts)][2]

@@ -6,8 +6,9 @@ is no module state. Must not: allocate, touch arrays, or depend on Python's ``ha
 
 Definitions (all arithmetic modulo 2**64; ``key`` is a 63-bit prefix key as ``uint64``):
 
-* ``mix64(key, seed)``: ``z = (key ^ seed) * 0x9E3779B97F4A7C15``, then the splitmix64 finaliser
-  ``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31``.
+* ``mix64(key, seed)``: ``finalize((key ^ seed) * GOLDEN)``, with the SplitMix64 finaliser and
+  constant of ``kvcompass.mix`` (a multiply, not SplitMix64's add, before the finaliser: the
+  layout of existing view files depends on it).
 * ``reduce32(x, n) = (x * n) >> 32`` for ``x, n < 2**32`` (Lemire): uniform in ``[0, n)``.
 * candidate buckets: ``h = mix64(key, bucket_seed)``; ``b0 = reduce32(lo32(h), B)``,
   ``b1 = reduce32(hi32(h), B)`` (b0 may equal b1).
@@ -26,17 +27,13 @@ from typing import Any, TypeAlias
 import numpy as np
 from numba import njit
 
+from kvcompass.mix import GOLDEN, finalize
+
 Int: TypeAlias = int | np.integer[Any]
 """Integer scalar as seen by both Python callers and numba kernels."""
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _SEED_SPREAD = np.uint64(0xD1B54A32D192ED03)
 _LO32 = np.uint64(0xFFFFFFFF)
-_S30 = np.uint64(30)
-_S27 = np.uint64(27)
-_S31 = np.uint64(31)
 _S32 = np.uint64(32)
 _S62 = np.uint64(62)
 _S64 = np.uint64(64)
@@ -46,10 +43,7 @@ _ONE = np.uint64(1)
 @njit(cache=True)
 def mix64(key: np.uint64, seed: np.uint64) -> np.uint64:
     """Seeded splitmix64-style mixer; a bijection of ``key`` for a fixed seed."""
-    z = (np.uint64(key) ^ np.uint64(seed)) * _GOLDEN
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
+    return finalize((np.uint64(key) ^ np.uint64(seed)) * GOLDEN)
 
 
 @njit(cache=True)

@@ -31,13 +31,14 @@ from kvcompass.ludo.hashing import Int, bucket_pair, locator_cells, mix64
 from kvcompass.ludo.jit import kernel
 from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, TableState
+from kvcompass.mix import GOLDEN
 
 MAX_REBUILD_TRIES = 64
 CONNECTED, SIDE_A, SIDE_B = 0, 1, 2
 _ONE = np.uint64(1)
 _S6 = np.uint64(6)
 _M63 = np.uint64(63)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_GOLDEN = GOLDEN
 
 I32 = NDArray[np.int32]
 U64 = NDArray[np.uint64]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvcompass.mix import finalize
+
 _MAXD = (1 << 20) - 1
 # columns of the node rows
 C_CHUNK, C_WORKER, C_TIER, C_K1, C_K2, C_DEPTH, C_OWNER, C_HPOS = 0, 1, 2, 3, 4, 5, 6, 7
@@ -34,12 +36,8 @@ REMOVED = 3
 
 @njit(cache=True)
 def _hash(chunk, worker, mask):  # type: ignore[no-untyped-def]
-    x = np.uint64(chunk) * np.uint64(0x9E3779B97F4A7C15)
-    x ^= np.uint64(worker + 1) * np.uint64(0xC2B2AE3D27D4EB4F)
-    x ^= x >> np.uint64(29)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(32)
-    return np.int64(x & np.uint64(mask))
+    x = np.uint64(chunk) ^ (np.uint64(worker + 1) * np.uint64(0xC2B2AE3D27D4EB4F))
+    return np.int64(finalize(x) & np.uint64(mask))
 
 
 @njit(cache=True)

@@ -25,14 +25,12 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from kvcompass.mix import finalize
+
 
 @njit(cache=True)
 def _slot(key: int, cap: int) -> int:
-    x = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    x ^= x >> np.uint64(31)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(29)
-    return int(np.int64(x & np.uint64(cap - 1)))
+    return int(np.int64(finalize(np.uint64(key)) & np.uint64(cap - 1)))
 
 
 @njit(cache=True)

@@ -2,8 +2,7 @@
 
 Owns ``HolderHistory`` (chunk id -> bitmask of holding workers, plus the recent flips needed to
 answer "what did that region hold at time T"; numba kernels in ``_holder_kernels``), its
-readable reference ``HolderHistoryRef`` and ``mix64`` (the seeded 64-bit mixer every
-hash-placement baseline uses instead of Python's ``hash()``). Must not read ``ctx.cluster`` or
+readable reference ``HolderHistoryRef``. Must not read ``ctx.cluster`` or
 know any scheme's policy.
 
 Why a history instead of one copy of the state per viewer: a baseline whose routers learn cache
@@ -27,18 +26,8 @@ from numpy.typing import NDArray
 from sim.schemes import _holder_kernels as hk
 from sim.schemes.base import CacheEventBatch
 
-_M64 = (1 << 64) - 1
-
 Cutoff = list[float] | NDArray[np.float64] | None
 """Per-region "as of" times (index = region); None reads the current state."""
-
-
-def mix64(x: int, seed: int) -> int:
-    """SplitMix64 finaliser of ``x`` xor a seed: a stateless, well-spread 64-bit hash."""
-    z = ((x ^ seed) + 0x9E3779B97F4A7C15) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
 
 
 class HolderHistoryRef:

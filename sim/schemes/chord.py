@@ -37,7 +37,8 @@ from bisect import bisect_left
 from itertools import pairwise
 from typing import ClassVar
 
-from sim.schemes._holders import mix64
+from kvcompass.mix import mix64
+from kvcompass.ring import HashRing
 from sim.schemes.base import SchemeContext
 from sim.schemes.consistent_hash import HashPlacement
 
@@ -70,11 +71,9 @@ class Chord(HashPlacement):
         # log2(N) virtual nodes per worker (Chord §6) so key ranges are balanced across workers.
         self.virtual = max(1, (self.n_workers - 1).bit_length())
         v = self.virtual
-        ranked = sorted(
-            (mix64(w * v + k, self.CHORD_SEED), w) for w in range(self.n_workers) for k in range(v)
-        )
-        self.ids = [i for i, _ in ranked]
-        self.node_worker = [w for _, w in ranked]
+        overlay = HashRing(self.n_workers, v, self.CHORD_SEED)
+        self.ids = [int(i) for i in overlay.points]
+        self.node_worker = [int(w) for w in overlay.members]
         n = len(self.ids)
         # fingers[n]: distinct finger nodes (ring indices), farthest first.
         self.fingers: list[list[int]] = []

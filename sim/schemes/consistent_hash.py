@@ -34,13 +34,13 @@ deployment. Must not read ``ctx.cluster`` live (only its static shape).
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.schemes._holders import HolderHistory, mix64
+from kvcompass.ring import LevelRings
+from sim.schemes._holders import HolderHistory
 from sim.schemes.base import CacheEventBatch, Route, Scheme, SchemeContext
 
 
@@ -48,8 +48,6 @@ class HashPlacement(Scheme):
     """Six content-hash rings and the placement rule; subclasses say how presence is learned."""
 
     wants_cache_events: ClassVar[bool] = True
-    VNODES: ClassVar[int] = 100
-    RING_SEED: ClassVar[int] = 0x6B76_636F_6D70_6173  # "kvcompas"
     LIVE_PRESENCE: ClassVar[bool] = False
     """True: the designated owner answers from its own live cache (a DHT get reaches it)."""
 
@@ -72,15 +70,8 @@ class HashPlacement(Scheme):
         # Position of each level among the indexed lengths: keys_of(i) is that list cut at the
         # prompt, so the level-j key sits at the same index for every request.
         self.level_pos = [all_lengths.index(t) for t in self.level_tokens]
-        self.seeds = [mix64(j + 1, self.RING_SEED) for j in range(len(self.level_tokens))]
-        self.rings: list[tuple[list[int], list[int]]] = []
-        for seed in self.seeds:
-            pts = sorted(
-                (mix64(w * self.VNODES + v, seed), w)
-                for w in range(self.n_workers)
-                for v in range(self.VNODES)
-            )
-            self.rings.append(([p for p, _ in pts], [w for _, w in pts]))
+        self.rings = LevelRings(self.n_workers, len(self.level_tokens))
+        self.seeds = self.rings.seeds
         # _delay_to[o][r]: how late an announcement from region r reaches an edge in region o.
         self._delay_to = [
             np.array([self.one_way[r][o] for r in range(n_regions)]) for o in range(n_regions)
@@ -93,9 +84,7 @@ class HashPlacement(Scheme):
 
     def owner(self, level: int, key: int) -> int:
         """Designated worker of ``key`` on ring ``level`` (first virtual node clockwise)."""
-        pos, own = self.rings[level]
-        i = bisect_left(pos, mix64(key, self.seeds[level]))
-        return own[i] if i < len(own) else own[0]
+        return self.rings.rings[level].owner(key)
 
     def on_cache_events(self, batch: CacheEventBatch) -> None:
         self.holders.apply(batch)

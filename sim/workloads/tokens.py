@@ -10,11 +10,12 @@ Mapping (the "wire format" of a synthetic prompt)::
     s      = mix64(uint64(X) XOR seed)                  # one stream per block id
     tok(j) = mix64(s + (j + 1) * 0x9E3779B97F4A7C15) mod VOCAB_SIZE      (j = 0 .. block_tokens-1)
 
-``mix64`` is the SplitMix64 finaliser (Steele, Lea, Flood 2014; the constants of Java's
-``SplittableRandom``), so ``tok`` is the j-th SplitMix64 output of a generator seeded by the
-block. ``VOCAB_SIZE = 128256`` is the Llama-3 / Llama-3.1 tokenizer vocabulary (the paper serves
-Llama-3.1-8B-Instruct), so token ids lie in ``[0, 128256)`` and fit a non-negative ``int32``.
-The modulo bias (2^64 mod 128256 is negligible against 2^64) does not matter here.
+``mix64`` is the SplitMix64 finaliser (``kvcompass.mix.finalize``: Steele, Lea, Flood 2014;
+the constants of Java's ``SplittableRandom``), so ``tok`` is the j-th SplitMix64 output of a
+generator seeded by the block. ``VOCAB_SIZE = 128256`` is the Llama-3 / Llama-3.1 tokenizer
+vocabulary (the paper serves Llama-3.1-8B-Instruct), so token ids lie in ``[0, 128256)`` and
+fit a non-negative ``int32``. The modulo bias (2^64 mod 128256 is negligible against 2^64)
+does not matter here.
 
 Consequences the simulator relies on: equal block-id prefixes give equal token prefixes (prefix
 sharing is exact); different block ids agree on a position with probability 1/128256, so two
@@ -28,23 +29,14 @@ from numba import njit
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
+from kvcompass.mix import GOLDEN, finalize
 
 VOCAB_SIZE = 128256
 """Llama-3 tokenizer vocabulary size; every pseudo-token is in ``[0, VOCAB_SIZE)``."""
 TOKEN_SEED = 0x5EED_B10C_7043_0001
 """Default seed of the block -> token mapping (any 64-bit value; fixed so runs are comparable)."""
 
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _VOCAB = np.uint64(VOCAB_SIZE)
-
-
-@njit(cache=True)
-def _mix64(z: np.uint64) -> np.uint64:
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True)
@@ -64,11 +56,11 @@ def _expand(
         b = block_offsets[i]
         pos = np.int64(0)
         while remaining > 0:
-            s = _mix64(np.uint64(block_ids[b]) ^ seed)
+            s = finalize(np.uint64(block_ids[b]) ^ seed)
             take = bt if remaining > bt else remaining
             for j in range(take):
-                z = s + np.uint64(j + 1) * _GAMMA
-                out[base + pos + j] = np.int32(_mix64(z) % _VOCAB)
+                z = s + np.uint64(j + 1) * GOLDEN
+                out[base + pos + j] = np.int32(finalize(z) % _VOCAB)
             pos += take
             remaining -= take
             b += 1

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge.policies import POLICIES, _mix
+from edge.policies import POLICIES
 
 _spec = importlib.util.spec_from_file_location(
     "edge_cluster", Path(__file__).with_name("edge_cluster.py")
@@ -105,12 +105,8 @@ def test_consistent_hash__uses_the_longest_level_its_owner_holds() -> None:
             assert pol is not None
             tokens = ec.prompt(600, seed=7)
             arr = np.asarray(tokens, np.int32)
-            keys = app.service.discovery.hasher.keys_at(arr, pol.ladder[:3])
-            owners = []
-            for j in range(3):
-                pos, own = pol.rings[j]
-                i = int(np.searchsorted(pos, _mix(keys[j : j + 1], pol.RING_SEED + j + 1)[0]))
-                owners.append(int(own[i % pos.shape[0]]))
+            ch = pol.consistent_hash
+            owners = ch.rings.owners(app.service.discovery.hasher.keys_at(arr, ch.ladder[:3]))
             c.register(owners[1], tokens, upto=256)  # level-1 owner holds 256 tokens
             got = await _served_by(client, tokens, "ch-hold")
             ex = app.service.explain("ch-hold")

@@ -15,13 +15,13 @@ from numpy.typing import NDArray
 
 from kvcompass.deployment import Deployment, Region
 from kvcompass.levels import Levels
+from kvcompass.mix import mix64
 from kvcompass.router import RouterConfig
 from sim.config import SimConfig
 from sim.cost import CostModel
 from sim.engine.loads import RegionLoadPoll
 from sim.engine.loop import EventLoop
 from sim.network import WanNetwork
-from sim.schemes._holders import mix64
 from sim.schemes.base import CacheEventBatch, ExactCache, ExactQueues, Response, Scheme
 
 CHUNK = 64

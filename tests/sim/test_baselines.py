@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from kvcompass.deployment import builtin_deployment
-from sim.schemes._holders import HolderHistory, mix64
+from kvcompass.mix import mix64
+from sim.schemes._holders import HolderHistory
 from sim.schemes.base import CacheEventBatch
 from sim.schemes.central_directory import CentralDirectory
 from sim.schemes.chord import Chord
