@@ -35,15 +35,18 @@ def maintenance(spec: Spec, bootstrap: str) -> list[str]:
 
 
 def worker(spec: Spec, dep: Deployment, w: int, port: int) -> list[str]:
-    """An emulated worker: the deployment's block size and its region's prefill rate; ZMQ on
-    free ports (advertised in ``/server_info`` for the sidecar)."""
+    """An emulated worker with SGLang's flags: the deployment's block size and its region's
+    prefill rate; ZMQ on free ports (advertised in ``/server_info`` for the sidecar)."""
     beta = dep.regions[int(dep.worker_region[w])].prefill_ms_per_token
-    return kvcompass("worker", "emulate", host="127.0.0.1", port=port, model=spec.model,
-                     page_size=dep.block_size_tokens, vram_tokens=spec.vram_tokens,
-                     dram_tokens=spec.dram_tokens, events_endpoint="tcp://127.0.0.1:*",
-                     replay_endpoint="tcp://127.0.0.1:*", prefill_ms_per_token=beta,
-                     time_scale=spec.time_scale,
-                     stream_interval=spec.stream_interval)  # fmt: skip
+    events = {"publisher": "zmq", "endpoint": "tcp://127.0.0.1:*",
+              "replay_endpoint": "tcp://127.0.0.1:*", "topic": "kv-events"}  # fmt: skip
+    return [*kvcompass("worker", "emulate", host="127.0.0.1", port=port, model_path=spec.model,
+                       page_size=dep.block_size_tokens, vram_tokens=spec.vram_tokens,
+                       dram_tokens=spec.dram_tokens,
+                       kv_events_config=json.dumps(events, separators=(",", ":")),
+                       prefill_ms_per_token=beta, time_scale=spec.time_scale,
+                       stream_interval=spec.stream_interval),
+            "--enable-cache-report"]  # fmt: skip
 
 
 def sidecar(spec: Spec, w: int, engine_url: str, bootstrap: str) -> list[str]:

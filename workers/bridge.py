@@ -18,6 +18,12 @@ stores below them are orphans and removals of them unknown. The worker counts as
 after ``relearn_batches`` consecutive batches with neither (a heuristic: the engine cannot be
 asked for its whole cache). ``stats.degraded`` is the metric; both transitions are logged.
 
+Undecodable events (``Batch.rejected``) do not stop their batch: they are queued for the
+dead-letter topic (``take_rejected``; the shell files them) and the rest is applied. A malformed
+*frame* (the whole batch unreadable) is a gap like a missing one: its sequence is requested from
+the replay socket, which holds the engine's own copy; only when replay cannot supply it is the gap
+lost (CLEARED, degraded).
+
 Records the bridge makes itself (CLEARED at start or after a lost gap) use the bridge's clock and
 index 4095.
 """
@@ -31,11 +37,15 @@ from typing import Any
 
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from workers.block_table import BlockTable, Change, Op
-from workers.protocol import Batch
+from workers.protocol import Batch, Rejected
 
 log = logging.getLogger(__name__)
 _IDX_BITS = 12
 _SEQ_BITS = 10
+
+
+def _seq(b: Batch) -> int:
+    return b.seq
 
 
 def engine_seq(ts_ms: int, seq: int, index: int) -> int:
@@ -47,6 +57,7 @@ def engine_seq(ts_ms: int, seq: int, index: int) -> int:
 class BridgeStats:
     batches: int = 0
     malformed: int = 0
+    rejected_events: int = 0
     duplicates: int = 0
     replays: int = 0
     gaps_recovered: int = 0
@@ -87,6 +98,7 @@ class RankBridge:
         self.table = BlockTable(PrefixHasher(namespace), registration_lengths)
         self.expected: int | None = None
         self.stats = BridgeStats()
+        self._rejected: list[tuple[int, Rejected]] = []
 
     # -- records -------------------------------------------------------------------------------
 
@@ -142,6 +154,8 @@ class RankBridge:
 
     def _apply(self, batch: Batch) -> list[dict[str, Any]]:
         self.stats.batches += 1
+        self.stats.rejected_events += len(batch.rejected)
+        self._rejected += [(batch.seq, r) for r in batch.rejected]
         ts = self.table.stats
         misses = ts.orphan_blocks + ts.unknown_removed
         changes = self.table.apply(batch.events)
@@ -184,22 +198,37 @@ class RankBridge:
             return Apply([])
         return NeedReplay(exp)
 
-    def skip_malformed(self, seq: int | None) -> None:
-        """A frame we cannot decode is counted and stepped over (a replay would resend it)."""
+    def take_rejected(self) -> list[tuple[int, Rejected]]:
+        """(batch seq, event) of every undecodable event applied around since the last call."""
+        out, self._rejected = self._rejected, []
+        return out
+
+    def malformed(self, seq: int | None) -> NeedReplay | None:
+        """A live frame we cannot decode: ask the replay socket for it (from the first batch not
+        yet applied). Unknown sequence: nothing to ask; the next good batch shows the gap."""
         self.stats.malformed += 1
-        if seq is not None and self.expected is not None and seq == self.expected:
-            self.expected = seq + 1
+        if seq is None or self.expected is None or seq < self.expected:
+            return None
+        return NeedReplay(self.expected)
 
     def on_replay(
         self, from_seq: int, batches: Sequence[Batch], now_ms: int
     ) -> list[dict[str, Any]]:
         """Replayed batches from ``from_seq``; a hole at the front means the gap is lost."""
         self.stats.replays += 1
-        wanted = [b for b in batches if b.seq >= from_seq]
+        wanted = sorted({b.seq: b for b in batches if b.seq >= from_seq}.values(), key=_seq)
         out, self._pending_clear = self._pending_clear, []
         lost = from_seq > 0 and (not wanted or wanted[0].seq != from_seq)
         if from_seq == 0 and wanted and wanted[0].seq != 0:
             lost = True  # the engine's buffer no longer starts at its first batch
+        run = 0  # batches contiguous from the front; a hole further on is lost too
+        while run < len(wanted) and wanted[run].seq == wanted[0].seq + run:
+            run += 1
+        if not lost and run < len(wanted):
+            for b in wanted[:run]:
+                if self.expected is None or b.seq >= self.expected:
+                    out += self._apply(b)
+            from_seq, wanted, lost = wanted[run - 1].seq + 1, wanted[run:], True
         if lost:
             self.stats.gaps_lost += 1
             self.stats.degraded = True

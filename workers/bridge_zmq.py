@@ -18,11 +18,20 @@ import zmq
 import zmq.asyncio
 
 from workers.bridge import Apply, NeedReplay, RankBridge
-from workers.protocol import Batch, ProtocolError, decode_pub, decode_replay, encode_seq
+from workers.protocol import (
+    Batch,
+    ProtocolError,
+    Rejected,
+    decode_pub,
+    decode_replay,
+    encode_seq,
+)
 
 log = logging.getLogger(__name__)
 
 Emit = Callable[[list[dict[str, Any]]], None]
+Reject = Callable[[int, Rejected], None]
+"""Files one undecodable event (batch seq, the event) on the dead-letter topic."""
 
 
 async def request_replay(
@@ -61,8 +70,19 @@ async def bridge_rank(
     emit: Emit,
     replay_timeout_ms: int = 2_000,
     ready: asyncio.Event | None = None,
+    reject: Reject | None = None,
 ) -> None:
-    """Run one rank until cancelled: subscribe, CLEARED, replay from 0, then follow live."""
+    """Run one rank until cancelled: subscribe, CLEARED, replay from 0, then follow live.
+    Undecodable events go to ``reject`` (logged when it is None), applied records to ``emit``."""
+
+    def send(records: list[dict[str, Any]]) -> None:
+        emit(records)
+        for seq, rej in bridge.take_rejected():
+            if reject is None:
+                log.warning("worker %d: undecodable event: %s", bridge.worker_id, rej.reason)
+            else:
+                reject(seq, rej)
+
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
@@ -71,17 +91,17 @@ async def bridge_rank(
     async def replay(from_seq: int) -> None:
         now_ms = int(time.time() * 1000)
         if replay_endpoint is None:
-            emit(bridge.on_replay(from_seq, [], now_ms))
+            send(bridge.on_replay(from_seq, [], now_ms))
             return
         try:
             batches = await request_replay(ctx, replay_endpoint, from_seq, replay_timeout_ms)
         except TimeoutError as exc:
             log.warning("worker %d: %s", bridge.worker_id, exc)
             batches = []
-        emit(bridge.on_replay(from_seq, batches, now_ms))
+        send(bridge.on_replay(from_seq, batches, now_ms))
 
     try:
-        emit(bridge.start(int(time.time() * 1000)))
+        send(bridge.start(int(time.time() * 1000)))
         if replay_endpoint is not None:
             await replay(0)
         if ready is not None:
@@ -94,18 +114,25 @@ async def bridge_rank(
                 seq = None
                 if len(frames) == 3 and len(frames[1]) == 8:
                     seq = int.from_bytes(frames[1], "big", signed=True)
-                bridge.skip_malformed(seq)
-                log.warning("worker %d: skipping malformed frame: %s", bridge.worker_id, exc)
+                log.warning(
+                    "worker %d: malformed frame (seq %s), asking replay: %s",
+                    bridge.worker_id,
+                    seq,
+                    exc,
+                )
+                need = bridge.malformed(seq)
+                if need is not None:
+                    await replay(need.from_seq)
                 continue
             step = bridge.offer(batch)
             if isinstance(step, NeedReplay):
                 await replay(step.from_seq)
                 step = bridge.offer(batch)
                 if isinstance(step, NeedReplay):  # the replay left a hole: the gap is lost
-                    emit(bridge.on_replay(step.from_seq, [], int(time.time() * 1000)))
+                    send(bridge.on_replay(step.from_seq, [], int(time.time() * 1000)))
                     bridge.expected = None
                     step = bridge.offer(batch)
             if isinstance(step, Apply):
-                emit(step.records)
+                send(step.records)
     finally:
         sub.close()

@@ -18,13 +18,20 @@ Batch (msgpack)::
 Event (msgpack), either encoding, in the same batch even::
 
     map   {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": int | nil,
-           "token_ids": [...], "block_size": int, "lora_id": int | nil, "medium": str | nil,
-           "lora_name": str | nil, "cache_salt": ..., "session_id": ...}   (unknown keys ignored)
+           "token_ids": [int, ...] | [[int, int], ...], "block_size": int,
+           "lora_id": int | nil, "medium": str | nil, "lora_name": str | nil,
+           "cache_salt": ..., "session_id": ...}   (unknown keys ignored)
     array ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
            medium, lora_name]     (trailing fields omitted when default; extra ones ignored)
     map   {"type": "BlockRemoved", "block_hashes": [...], "medium": str | nil}
     array ["BlockRemoved", block_hashes, medium]
     map   {"type": "AllBlocksCleared"}        array ["AllBlocksCleared"]
+
+``token_ids`` are pairs under EAGLE speculative decoding (SGLang's bigram radix keys: the page's
+j-th entry is ``(t[j], t[j+1])``, ``block_size`` counts pairs); the page's own tokens are the
+first elements. Events are decoded one by one: an event that does not follow its layout is
+returned in ``Batch.rejected`` with the reason and its raw bytes (the bridge dead-letters it) while
+the batch's other events are applied.
 
 Block hashes are signed int64 (SGLang) or, in some vLLM builds, bytes; bytes are folded to the
 signed big-endian int64 of their first 8 bytes, unsigned ints above 2**63-1 wrap to signed.
@@ -61,7 +68,7 @@ class ProtocolError(InvalidInputError):
 class _MapStored(msgspec.Struct, tag_field="type", tag="BlockStored"):
     block_hashes: list[int | bytes]
     parent_block_hash: int | bytes | None
-    token_ids: list[int]
+    token_ids: list[int | tuple[int, int]]
     block_size: int
     lora_id: int | None = None
     medium: str | None = None
@@ -83,7 +90,7 @@ class _MapCleared(msgspec.Struct, tag_field="type", tag="AllBlocksCleared"):
 class _ArrStored(msgspec.Struct, array_like=True, tag="BlockStored"):
     block_hashes: list[int | bytes]
     parent_block_hash: int | bytes | None
-    token_ids: list[int]
+    token_ids: list[int | tuple[int, int]]
     block_size: int
     lora_id: int | None = None
     medium: str | None = None
@@ -150,13 +157,23 @@ Event = Stored | Removed | Cleared
 
 
 @dataclass(frozen=True, slots=True)
+class Rejected:
+    """One event of a batch that does not follow the published layout, kept as read."""
+
+    index: int
+    reason: str
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
-    """One decoded PUB message (or replayed batch)."""
+    """One decoded PUB message (or replayed batch); ``rejected`` are its undecodable events."""
 
     seq: int
     ts: float
     dp_rank: int | None
     events: tuple[Event, ...]
+    rejected: tuple[Rejected, ...] = ()
 
 
 def _hash(value: int | bytes) -> int:
@@ -173,6 +190,17 @@ def _medium(value: str | None) -> str:
     return "GPU" if value is None else value.upper()
 
 
+def _tokens(raw: list[int | tuple[int, int]]) -> tuple[int, ...]:
+    # EAGLE pairs (t[j], t[j+1]) -> t[j]; one event is either all ints or all pairs.
+    if raw and isinstance(raw[0], tuple):
+        if not all(isinstance(t, tuple) for t in raw):
+            raise ProtocolError("BlockStored: token_ids mix ints and EAGLE pairs")
+        return tuple(t[0] for t in raw if isinstance(t, tuple))
+    if not all(isinstance(t, int) for t in raw):
+        raise ProtocolError("BlockStored: token_ids mix ints and EAGLE pairs")
+    return tuple(t for t in raw if isinstance(t, int))
+
+
 def _normal(ev: object) -> Event:
     if isinstance(ev, _MapStored | _ArrStored):
         n = len(ev.block_hashes)
@@ -185,7 +213,7 @@ def _normal(ev: object) -> Event:
         return Stored(
             tuple(_hash(h) for h in ev.block_hashes),
             parent,
-            tuple(ev.token_ids),
+            _tokens(ev.token_ids),
             ev.block_size,
             _medium(ev.medium),
             ev.lora_id,
@@ -207,7 +235,8 @@ def _decode_event(raw: memoryview) -> Event:
 
 
 def decode_payload(seq: int, payload: bytes) -> Batch:
-    """Decode one batch payload (either batch and either event encoding). Raises ProtocolError."""
+    """Decode one batch payload (either batch and either event encoding). Raises ProtocolError
+    when the batch itself is unreadable; an unreadable event lands in ``Batch.rejected``."""
     try:
         if _is_map(payload):
             mb = _MAP_BATCH.decode(payload)
@@ -216,10 +245,16 @@ def decode_payload(seq: int, payload: bytes) -> Batch:
         else:
             ab = _ARR_BATCH.decode(payload)
             ts, raws, rank = ab.ts, ab.events, ab.attn_dp_rank
-        events = tuple(_decode_event(memoryview(r)) for r in raws)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ProtocolError(f"KV-event batch seq {seq}: {exc}") from exc
-    return Batch(seq, ts, rank, events)
+    events: list[Event] = []
+    rejected: list[Rejected] = []
+    for i, r in enumerate(raws):
+        try:
+            events.append(_decode_event(memoryview(r)))
+        except (msgspec.DecodeError, msgspec.ValidationError, ProtocolError) as exc:
+            rejected.append(Rejected(i, f"KV-event batch seq {seq} event {i}: {exc}", bytes(r)))
+    return Batch(seq, ts, rank, tuple(events), tuple(rejected))
 
 
 def decode_seq(frame: bytes) -> int:

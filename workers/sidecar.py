@@ -4,9 +4,9 @@ Owns the wiring from ``SidecarConfig`` + ``PipelineConfig`` + deployment to the 
 run together under one ``asyncio.TaskGroup`` (any loop failing stops the others), and the
 ``/server_info`` discovery of the engine's KV-events endpoints. Must not: hold the loops' logic.
 
-Discovery reads ``kv_events`` (the emulated worker's block) or, from a real SGLang, the server
-args ``kv_events_config`` (a JSON string), ``page_size`` and ``dp_size``; a wildcard bind
-(``tcp://*:5557``) is reached at the engine URL's host.
+Discovery reads SGLang 0.5.x's ``kv_events`` block (per-rank ports = base + rank; a wildcard
+``endpoint_host`` is reached at the engine URL's host), falling back to the server args
+``kv_events_config`` (a JSON string), ``page_size`` and ``dp_size``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,18 +29,22 @@ from kvcompass.keys import KeyNamespace
 from kvcompass.levels import Levels
 from pipeline.codec import AvroCodec, DecodeError, int32_key
 from pipeline.config import PipelineConfig
+from pipeline.dead_letter import dead_letter_record
 from pipeline.producer import ProducerPort
 from workers.bridge import RankBridge
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.load_reporter import LoadReporter
 from workers.migration import MigrationExecutor
+from workers.protocol import Rejected
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class EngineEvents:
+    """Rank 0's endpoints; rank r is at the same hosts with ports + r (``SidecarConfig``)."""
+
     events_endpoint: str
     replay_endpoint: str | None
     topic: str
@@ -47,31 +52,77 @@ class EngineEvents:
     dp_size: int
 
 
-def _reach(endpoint: str | None, host: str) -> str | None:
-    if endpoint is None:
-        return None
-    for wild in ("://*:", "://0.0.0.0:", "://[::]:"):
-        endpoint = endpoint.replace(wild, f"://{host}:")
-    return endpoint
+_WILDCARDS = frozenset({"*", "0.0.0.0", "::", "[::]", ""})
+
+
+def _dial_host(host: str | None, engine_url: str) -> str:
+    """A bind wildcard is reached at the worker URL's host (SGLang's rule for subscribers)."""
+    if host is not None and host not in _WILDCARDS:
+        return host
+    url_host = urlparse(engine_url).hostname or "127.0.0.1"
+    return f"[{url_host}]" if ":" in url_host else url_host
+
+
+def _reach(endpoint: str | None, engine_url: str) -> str | None:
+    if endpoint is None or not endpoint.startswith("tcp://"):
+        return endpoint
+    host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
+    return f"tcp://{_dial_host(host, engine_url)}:{port}"
+
+
+def _positive(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"engine /server_info: {what}: expected an int >= 1, got {value!r}")
+    return value
 
 
 def parse_server_info(info: Mapping[str, Any], engine_url: str) -> EngineEvents:
-    """KV-event endpoints from a ``/server_info`` body. Raises ValueError if events are off."""
+    """KV-event endpoints from a ``/server_info`` body. Raises ValueError if events are off.
+
+    SGLang 0.5.x: ``kv_events = {publisher, endpoint_host, endpoint_port_base,
+    replay_endpoint_port_base?, topic, block_size, dp_size}`` (``describe_kv_events_publisher``;
+    null when publishing is off or the endpoint is not tcp). Otherwise the server args:
+    ``kv_events_config`` (the ``--kv-events-config`` JSON string), ``page_size``, ``dp_size``.
+    """
     block = info.get("kv_events")
-    if not isinstance(block, Mapping):
-        raw = info.get("kv_events_config")
-        block = json.loads(raw) if isinstance(raw, str) and raw else None
-    if not isinstance(block, Mapping) or block.get("publisher", "zmq") != "zmq":
-        raise ValueError("engine /server_info: expected a zmq kv_events config, events are off")
-    host = urlparse(engine_url).hostname or "127.0.0.1"
-    endpoint = _reach(str(block.get("endpoint") or "tcp://*:5557"), host)
+    if isinstance(block, Mapping) and "endpoint_port_base" in block:
+        if block.get("publisher", "zmq") != "zmq":
+            raise ValueError(f"engine /server_info: expected publisher zmq, got {block!r}")
+        host = _dial_host(block.get("endpoint_host"), engine_url)
+        base = _positive(block.get("endpoint_port_base"), "kv_events.endpoint_port_base")
+        replay_base = block.get("replay_endpoint_port_base")
+        replay = None
+        if replay_base is not None:
+            replay = f"tcp://{host}:{_positive(replay_base, 'replay_endpoint_port_base')}"
+        return EngineEvents(
+            f"tcp://{host}:{base}",
+            replay,
+            str(block.get("topic") or ""),
+            _positive(block.get("block_size"), "kv_events.block_size"),
+            _positive(block.get("dp_size", 1), "kv_events.dp_size"),
+        )
+    raw = info.get("kv_events_config")
+    try:
+        cfg = json.loads(raw) if isinstance(raw, str) and raw else None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"engine /server_info: kv_events_config is not JSON: {exc}") from exc
+    if not isinstance(cfg, Mapping) or cfg.get("publisher", "null") != "zmq":
+        raise ValueError(
+            "engine /server_info: expected a kv_events block or a zmq kv_events_config "
+            f"(start SGLang with --kv-events-config), got kv_events={block!r}, "
+            f"kv_events_config={raw!r}"
+        )
+    endpoint = _reach(str(cfg.get("endpoint") or "tcp://*:5557"), engine_url)
     assert endpoint is not None
+    dp = _positive(info.get("dp_size", 1), "dp_size") * _positive(
+        info.get("attn_dp_size", 1) or 1, "attn_dp_size"
+    )
     return EngineEvents(
         endpoint,
-        _reach(block.get("replay_endpoint"), host),
-        str(block.get("topic") or ""),
-        int(block.get("block_size") or info.get("page_size") or 1),
-        int(block.get("dp_size") or info.get("dp_size") or 1),
+        _reach(cfg.get("replay_endpoint"), engine_url),
+        str(cfg.get("topic") or ""),
+        _positive(info.get("page_size"), "page_size"),
+        dp,
     )
 
 
@@ -119,6 +170,31 @@ def kv_emitter(
             sink.produce(topic, codec.encode("KvEvent", rec), key)
 
     return emit
+
+
+def dead_letter_filer(
+    sink: ProducerPort, codec: AvroCodec, topic: str, worker_id: int, endpoint: str
+) -> Callable[[int, Rejected], None]:
+    """Files an undecodable engine event on ``dead-letters``: the ZMQ endpoint stands for the
+    topic, the batch sequence for the offset, the event's msgpack bytes as read."""
+    source = f"zmq:{endpoint}"
+
+    def reject(seq: int, rej: Rejected) -> None:
+        rec = dead_letter_record(
+            topic=source,
+            partition=0,
+            offset=seq,
+            key=int32_key(worker_id),
+            raw=rej.raw,
+            reason_code="UNDECODABLE",
+            reason=rej.reason,
+            consumer=f"kvcompass-bridge-w{worker_id}",
+            now_ms=int(time.time() * 1000),
+        )
+        log.warning("worker %d: dead-lettered an undecodable event: %s", worker_id, rej.reason)
+        sink.produce(topic, codec.encode("DeadLetter", rec), source.encode())
+
+    return reject
 
 
 async def run_migrations(
@@ -183,8 +259,18 @@ async def run_sidecar(
                     strict=True,
                 ):
                     emit = kv_emitter(sink, codec, pipe.topics.kv_events, b.worker_id)
+                    dead = dead_letter_filer(sink, codec, pipe.topics.dead_letters, b.worker_id, ev)
                     tg.create_task(
-                        bridge_rank(b, ctx, ev, rp, cfg.events_topic, emit, cfg.replay_timeout_ms)
+                        bridge_rank(
+                            b,
+                            ctx,
+                            ev,
+                            rp,
+                            cfg.events_topic,
+                            emit,
+                            cfg.replay_timeout_ms,
+                            reject=dead,
+                        )
                     )
             if load:
                 region = int(dep.worker_region[cfg.worker_id])

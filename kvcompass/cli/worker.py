@@ -19,6 +19,12 @@ import urllib.request
 from collections.abc import Coroutine
 from typing import Any
 
+# The emulated worker publishes unless told otherwise (SGLang only with --kv-events-config).
+EMULATE_KV_EVENTS = (
+    '{"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558",'
+    '"topic":"kv-events"}'
+)
+
 
 def _run(coro: Coroutine[Any, Any, None]) -> int:
     async def main() -> None:
@@ -140,7 +146,7 @@ def _cmd_sidecar(args: argparse.Namespace) -> int:
 
 def _cmd_emulate(args: argparse.Namespace) -> int:
     from workers.emulated.costs import EmulatedCosts
-    from workers.emulated.worker import EmulatedConfig, EmulatedWorker
+    from workers.emulated.worker import EmulatedConfig, EmulatedWorker, kv_events_fields
 
     tiny = None
     if args.model == "tiny-llama":  # torch only here (the `torch` extra)
@@ -156,9 +162,8 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
         vram_tokens=args.vram_tokens,
         dram_tokens=args.dram_tokens,
         policy=args.policy,
-        events_endpoint=args.events_endpoint,
-        replay_endpoint=args.replay_endpoint or None,
-        events_topic=args.events_topic,
+        **kv_events_fields(args.kv_events_config),
+        enable_cache_report=args.enable_cache_report,
         stream_interval=args.stream_interval,
         costs=EmulatedCosts(
             prefill_ms_per_token=args.prefill_ms_per_token,
@@ -222,7 +227,9 @@ def register(subparsers: Any) -> None:
 
     e = actions.add_parser("emulate", help="an emulated SGLang worker (no GPU)")
     e.add_argument(
+        "--model-path",
         "--model",
+        dest="model",
         default="meta-llama/Llama-3.1-8B-Instruct",
         help="model id; 'tiny-llama' computes real KV tensors (random-weight torch model, CPU)",
     )
@@ -233,9 +240,17 @@ def register(subparsers: Any) -> None:
     e.add_argument("--vram-tokens", type=int, default=262_144)
     e.add_argument("--dram-tokens", type=int, default=1_048_576)
     e.add_argument("--policy", choices=("lru", "lfu"), default="lru")
-    e.add_argument("--events-endpoint", default="tcp://*:5557")
-    e.add_argument("--replay-endpoint", default="tcp://*:5558")
-    e.add_argument("--events-topic", default="kv-events")
+    e.add_argument(
+        "--kv-events-config",
+        default=EMULATE_KV_EVENTS,
+        help="SGLang's flag: JSON {publisher, endpoint, replay_endpoint, topic, buffer_steps}; "
+        "'tcp://127.0.0.1:*' binds a free port (advertised in /server_info)",
+    )
+    e.add_argument(
+        "--enable-cache-report",
+        action="store_true",
+        help="SGLang's flag: usage.prompt_tokens_details.cached_tokens in OpenAI responses",
+    )
     e.add_argument("--prefill-ms-per-token", type=float, default=0.085)
     e.add_argument("--decode-ms-per-token", type=float, default=10.0)
     e.add_argument("--time-scale", type=float, default=1.0, help="multiplies every sleep")

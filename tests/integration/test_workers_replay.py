@@ -1,5 +1,6 @@
-"""Real ZMQ sockets, no broker: malformed frames are counted and skipped without stopping the
-bridge; a gap older than the engine's replay buffer (older reply shape, without topic frame)
+"""Real ZMQ sockets, no broker: a malformed frame is asked from the replay socket (a good copy is
+applied; with no replay the gap is lost and the worker degraded) without stopping the bridge; a
+gap older than the engine's replay buffer (older reply shape, without topic frame)
 publishes CLEARED, degrades the worker, and the worker re-learns from later stores."""
 
 from __future__ import annotations
@@ -36,41 +37,71 @@ def _stored(h: int, parent: int | None, toks: list[int]) -> dict[str, Any]:
             "token_ids": toks, "block_size": 4, "lora_id": None, "medium": "GPU"}  # fmt: skip
 
 
-async def _malformed() -> tuple[RankBridge, list[dict[str, Any]]]:
+async def _serve_replay(sock: zmq.asyncio.Socket, buffer: dict[int, bytes]) -> None:
+    """The engines' replay ROUTER (SGLang 0.5.23 reply shape), holding good copies."""
+    while True:
+        ident, _, start = await sock.recv_multipart()
+        for seq in sorted(buffer):
+            if seq >= int.from_bytes(start, "big"):
+                await sock.send_multipart([ident, b"", b"kv", seq.to_bytes(8, "big"), buffer[seq]])
+        await sock.send_multipart([ident, b"", b"", (-1).to_bytes(8, "big", signed=True), b""])
+
+
+async def _malformed(with_replay: bool) -> tuple[RankBridge, list[dict[str, Any]]]:
     ctx = zmq.asyncio.Context()
     pub = ctx.socket(zmq.PUB)
     port = pub.bind_to_random_port("tcp://127.0.0.1")
+    router = ctx.socket(zmq.ROUTER)
+    rport = router.bind_to_random_port("tcp://127.0.0.1")
+    enc = msgspec.msgpack.encode
+    good = [enc([1.0, [_stored(1, None, [1, 2, 3, 4])], None]),
+            enc([1.0, [_stored(2, 1, [5, 6, 7, 8])], None]),
+            enc([1.0, [["AllBlocksCleared"]], None])]  # fmt: skip
+    held: dict[int, bytes] = {}  # what the engine published so far (its replay buffer)
+    server = asyncio.create_task(_serve_replay(router, held))
     bridge = RankBridge(0, 0, NS, [4, 8])
     records: list[dict[str, Any]] = []
+    replay = f"tcp://127.0.0.1:{rport}" if with_replay else None
     task = asyncio.create_task(
-        bridge_rank(bridge, ctx, f"tcp://127.0.0.1:{port}", None, "kv", records.extend)
+        bridge_rank(bridge, ctx, f"tcp://127.0.0.1:{port}", replay, "kv", records.extend)
     )
     await asyncio.sleep(0.3)
     seq = [i.to_bytes(8, "big") for i in range(3)]
-    enc = msgspec.msgpack.encode
     frames = [
-        [b"kv", seq[0], enc([1.0, [_stored(1, None, [1, 2, 3, 4])], None])],
+        [b"kv", seq[0], good[0]],
         [b"kv", b"only-two-frames"],
         [b"kv", b"\x00\x01", b"seq-not-8-bytes"],
-        [b"kv", seq[1], b"\xc1\xc1"],  # not msgpack
-        [b"kv", seq[2], enc([1.0, [_stored(2, 1, [5, 6, 7, 8])], None])],
+        [b"kv", seq[1], b"\xc1\xc1"],  # not msgpack; the replay socket holds a good copy
+        [b"kv", seq[2], good[2]],
     ]
     for f in frames:
+        if len(f) == 3 and len(f[1]) == 8:
+            n = int.from_bytes(f[1], "big")
+            held[n] = good[n]
         await pub.send_multipart(f)
     await _until(lambda: bridge.expected == 3)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    for t in (task, server):
+        t.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await t
     pub.close()
+    router.close()
     ctx.term()
     return bridge, records
 
 
-def test_malformed_frames_are_counted_and_skipped__bridge_keeps_going() -> None:
-    bridge, records = asyncio.run(_malformed())
-    assert bridge.stats.malformed == 3
-    assert bridge.stats.gaps_lost == 0 and bridge.expected == 3
+def test_malformed_frame_is_replayed__good_copy_applied_not_degraded() -> None:
+    bridge, records = asyncio.run(_malformed(with_replay=True))
+    assert bridge.stats.malformed == 3 and bridge.expected == 3
+    assert bridge.stats.gaps_lost == 0 and not bridge.stats.degraded
     assert [r["registration_lengths"] for r in records if r["op"] == "STORED"] == [[4], [8]]
+
+
+def test_malformed_frame_without_replay_is_a_lost_gap__degraded_bridge_keeps_going() -> None:
+    bridge, records = asyncio.run(_malformed(with_replay=False))
+    assert bridge.stats.malformed == 3 and bridge.expected == 3
+    assert bridge.stats.gaps_lost == 1 and bridge.stats.degraded
+    assert [r["registration_lengths"] for r in records if r["op"] == "STORED"] == [[4]]
 
 
 async def _lost_gap() -> tuple[RankBridge, list[dict[str, Any]]]:

@@ -34,38 +34,64 @@ VERSION = "0.5.23-kvcompass-emulated"
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
+    """What ``GET /server_info`` reports, in SGLang 0.5.x's shape: the server args it emulates
+    (``server_args.resolved_dict()``), ``kv_events`` as ``describe_kv_events_publisher`` builds
+    it, and ``version``. ``events_endpoint``/``replay_endpoint`` are the dialable bound
+    addresses; ``endpoint_host`` is the host as configured (``*`` = every interface)."""
+
     model: str
     page_size: int
     dp_size: int
     events_endpoint: str
     replay_endpoint: str | None
     topic: str
+    endpoint_host: str = "*"
+    enable_cache_report: bool = True
+    stream_interval: int = 1
+    host: str = "127.0.0.1"
+    port: int = 30000
 
     def as_json(self) -> dict[str, Any]:
-        cfg = {
-            "publisher": "zmq",
-            "endpoint": self.events_endpoint,
-            "replay_endpoint": self.replay_endpoint,
-            "topic": self.topic,
-        }
-
         def port(ep: str | None) -> int | None:
             return int(ep.rpartition(":")[2]) if ep and ep.startswith("tcp://") else None
 
-        return {
-            "model_path": self.model,
-            "served_model_name": self.model,
-            "page_size": self.page_size,
-            "dp_size": self.dp_size,
-            "enable_cache_report": True,
-            "kv_events_config": json.dumps(cfg),
-            "kv_events": {
-                **cfg,
-                "port": port(self.events_endpoint),
-                "replay_port": port(self.replay_endpoint),
+        def bound(ep: str | None) -> str | None:
+            p = port(ep)
+            return None if p is None else f"tcp://{self.endpoint_host}:{p}"
+
+        cfg: dict[str, Any] = {
+            "publisher": "zmq",
+            "endpoint": bound(self.events_endpoint) or self.events_endpoint,
+            "topic": self.topic,
+        }
+        if self.replay_endpoint is not None:
+            cfg["replay_endpoint"] = bound(self.replay_endpoint) or self.replay_endpoint
+        kv_events: dict[str, Any] | None = None
+        if port(self.events_endpoint) is not None:
+            kv_events = {
+                "publisher": "zmq",
+                "endpoint_host": self.endpoint_host,
+                "endpoint_port_base": port(self.events_endpoint),
+                "topic": self.topic,
                 "block_size": self.page_size,
                 "dp_size": self.dp_size,
-            },
+            }
+            if port(self.replay_endpoint) is not None:
+                kv_events["replay_endpoint_port_base"] = port(self.replay_endpoint)
+        return {
+            "model_path": self.model,
+            "tokenizer_path": self.model,
+            "served_model_name": self.model,
+            "host": self.host,
+            "port": self.port,
+            "page_size": self.page_size,
+            "dp_size": self.dp_size,
+            "attn_dp_size": 1,
+            "enable_cache_report": self.enable_cache_report,
+            "stream_interval": self.stream_interval,
+            "kv_events_config": json.dumps(cfg),
+            "kv_events": kv_events,
+            "internal_states": [{}],
             "version": VERSION,
         }
 

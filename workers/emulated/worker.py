@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zmq.asyncio
 from aiohttp import web
@@ -23,6 +24,7 @@ from kvcompass.errors import ConfigError
 from workers.emulated.cache import PrefixCache
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.engine import Engine
+from workers.emulated.http_common import INFO
 from workers.emulated.publisher import EventPublisher
 from workers.emulated.server import ServerInfo, build_app
 
@@ -53,6 +55,9 @@ class EmulatedConfig:
     stream_interval: int = 1
     """SGLang's ``--stream-interval`` (default 1): streamed chunks carry this many tokens after
     the first one. Larger values cut the per-token CPU of many emulated workers on one host."""
+    enable_cache_report: bool = True
+    """SGLang's ``--enable-cache-report``: ``usage.prompt_tokens_details.cached_tokens`` in
+    OpenAI responses (without it SGLang sends ``prompt_tokens_details: null``)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -63,6 +68,35 @@ class EmulatedConfig:
             raise ConfigError(f"stream_interval: expected >= 1, got {self.stream_interval}")
         if self.torch_threads < 1:
             raise ConfigError(f"torch_threads: expected >= 1, got {self.torch_threads}")
+
+
+def kv_events_fields(raw: str) -> dict[str, Any]:
+    """``EmulatedConfig`` fields from SGLang's ``--kv-events-config`` JSON (``KVEventsConfig``:
+    publisher, endpoint, replay_endpoint, topic, buffer_steps; hwm / max_queue_size / bind /
+    format are accepted and have no effect here). Also ``tcp://host:*``: a free port."""
+    try:
+        cfg = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--kv-events-config: expected JSON, got {raw!r}: {exc}") from exc
+    known = {"publisher", "endpoint", "replay_endpoint", "topic", "buffer_steps", "hwm",
+             "max_queue_size", "bind", "format"}  # fmt: skip
+    if not isinstance(cfg, dict) or not set(cfg) <= known:
+        raise ConfigError(f"--kv-events-config: expected an object with keys in {sorted(known)}")
+    if cfg.get("publisher", "null") != "zmq":
+        raise ConfigError(f"--kv-events-config: the emulated worker publishes zmq, got {raw!r}")
+    out: dict[str, Any] = {
+        "events_endpoint": str(cfg.get("endpoint", "tcp://*:5557")),
+        "replay_endpoint": cfg.get("replay_endpoint"),
+        "events_topic": str(cfg.get("topic", "")),
+    }
+    if "buffer_steps" in cfg:
+        out["replay_buffer_steps"] = int(cfg["buffer_steps"])
+    return out
+
+
+def _host_of(endpoint: str) -> str:
+    host = endpoint.removeprefix("tcp://").rpartition(":")[0]
+    return host or "*"
 
 
 def _advertised(endpoint: str, host: str) -> str:
@@ -103,18 +137,26 @@ class EmulatedWorker:
             _advertised(self.publisher.endpoint, c.host),
             None if replay is None else _advertised(replay, c.host),
             c.events_topic,
+            endpoint_host=_host_of(c.events_endpoint),
+            enable_cache_report=c.enable_cache_report,
+            stream_interval=c.stream_interval,
+            host=c.host,
+            port=c.port,
         )
         self._runner: web.AppRunner | None = None
         self._replay_task: asyncio.Task[None] | None = None
         self.url = ""
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(build_app(self.engine, self.info), access_log=None)
+        app = build_app(self.engine, self.info)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
         await site.start()
         port = int(self._runner.addresses[0][1])
         self.url = f"http://{self.config.host}:{port}"
+        self.info = replace(self.info, port=port)
+        app[INFO].update(self.info.as_json())  # in place: a started app's state is frozen
         self._replay_task = asyncio.create_task(self.publisher.serve_replay())
 
     async def close(self) -> None:

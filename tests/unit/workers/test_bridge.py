@@ -9,7 +9,7 @@ from kvcompass.keys import KeyNamespace, prompt_key
 from pipeline.codec import AvroCodec
 from pipeline.registry import InProcessRegistry
 from workers.bridge import Apply, NeedReplay, RankBridge, engine_seq
-from workers.protocol import Batch, Removed, Stored
+from workers.protocol import Batch, Rejected, Removed, Stored
 
 NS = KeyNamespace("test-model")
 TOKS = tuple(range(10, 26))
@@ -85,11 +85,38 @@ def test_engine_restart_clears__seq_zero_after_progress() -> None:
     assert b.stats.engine_restarts == 1
 
 
-def test_malformed_frame_is_stepped_over__expected_advances() -> None:
+def test_malformed_frame_asks_replay__good_copy_applied_not_degraded() -> None:
     b = _bridge()
     b.offer(_store(0))
-    b.skip_malformed(1)
-    assert b.expected == 2 and b.stats.malformed == 1
+    assert b.malformed(1) == NeedReplay(1) and b.stats.malformed == 1
+    recs = b.on_replay(1, [_store(1, 2, first=2)], now_ms=9)
+    assert [r["op"] for r in recs] == ["STORED"] and b.expected == 2
+    assert not b.stats.degraded and b.stats.gaps_lost == 0
+
+
+def test_malformed_frame_without_seq_asks_nothing__next_batch_shows_the_gap() -> None:
+    b = _bridge()
+    b.offer(_store(0))
+    assert b.malformed(None) is None and b.expected == 1
+    assert b.offer(_store(2, 4, first=4, n=0)) == NeedReplay(1)
+
+
+def test_replay_with_a_hole_in_the_middle_is_lost__clears_after_the_run() -> None:
+    b = _bridge()
+    b.offer(_store(0))
+    recs = b.on_replay(1, [_store(1, 2, first=2), _store(3, 4, first=4, n=0)], now_ms=9)
+    assert [r["op"] for r in recs] == ["STORED", "CLEARED"]
+    assert b.stats.degraded and b.stats.gaps_lost == 1 and b.expected == 4
+
+
+def test_rejected_events_are_queued_once__batch_still_applied() -> None:
+    b = _bridge()
+    bad = Rejected(1, "event 1: Expected `int`, got `str`", b"\xa1x")
+    batch = Batch(0, 1000.0, None, _store(0).events, (bad,))
+    step = b.offer(batch)
+    assert isinstance(step, Apply) and [r["op"] for r in step.records] == ["STORED"]
+    assert b.take_rejected() == [(0, bad)] and b.take_rejected() == []
+    assert b.stats.rejected_events == 1
 
 
 def test_engine_seq_is_increasing_and_unique__within_and_across_batches() -> None:

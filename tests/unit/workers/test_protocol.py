@@ -82,14 +82,33 @@ def test_replay_replies_decode__with_and_without_topic_frame() -> None:
     assert decode_replay([b"", END, b""]) is None
 
 
-@pytest.mark.parametrize(
-    "payload",
-    [b"", b"\xc1", enc([1.0, [["Nope", 1]]]), enc([1.0, [["BlockStored", [1], None, [1], 2]]]),
-     enc({"events": []}), enc("text")],
-)  # fmt: skip
+@pytest.mark.parametrize("payload", [b"", b"\xc1", enc({"events": []}), enc("text")])
 def test_malformed_payload_raises_protocol_error__bad_bytes_or_shape(payload: bytes) -> None:
     with pytest.raises(ProtocolError):
         decode_payload(3, payload)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["Nope", 1], ["BlockStored", [1], None, [1], 2], {"type": "BlockRemoved"},
+     {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
+      "token_ids": [1, [2, 3]], "block_size": 2, "lora_id": None}],
+)  # fmt: skip
+def test_undecodable_event_is_rejected_alone__rest_of_batch_decoded(bad: object) -> None:
+    batch = decode_payload(3, enc([1.0, [["AllBlocksCleared"], bad, ["BlockRemoved", [-12]]]]))
+    assert batch.events == (Cleared(), GONE)
+    (rej,) = batch.rejected
+    assert rej.index == 1 and rej.raw == enc(bad) and "seq 3 event 1" in rej.reason
+
+
+def test_eagle_pairs_decode_to_each_pages_own_tokens__bigram_keys() -> None:
+    # SGLang with EAGLE publishes page j of tokens t as [(t[j], t[j+1]), ...]
+    t = [1, 2, 3, 4, 5]
+    pairs = [[t[j], t[j + 1]] for j in range(4)]
+    ev = {"type": "BlockStored", "block_hashes": [11, -12], "parent_block_hash": None,
+          "token_ids": pairs, "block_size": 2, "lora_id": None, "medium": "GPU"}  # fmt: skip
+    batch = decode_payload(0, enc([1.5, [ev], 0]))
+    assert batch.events == (STORED,) and batch.rejected == ()
 
 
 def test_pub_message_with_wrong_frame_count_raises__two_frames() -> None:

@@ -4,6 +4,7 @@ the SGLang command line, the queue estimate and its Avro record, migration idemp
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -48,8 +49,31 @@ def test_server_info_of_real_sglang_is_discovered__kv_events_config_string() -> 
     assert found.events_endpoint == "tcp://10.0.0.5:6000"
     assert found.replay_endpoint == "tcp://10.0.0.5:6001"
     assert (found.topic, found.page_size_tokens, found.dp_size) == ("t", 32, 2)
-    with pytest.raises(ValueError, match="events are off"):
-        parse_server_info({"page_size": 1}, "http://h:1")
+    with pytest.raises(ValueError, match="--kv-events-config"):
+        parse_server_info({"page_size": 1, "kv_events": None}, "http://h:1")
+
+
+def test_kv_events_block_wins__sglang_0_5_descriptor_ports_and_wildcard_host() -> None:
+    # describe_kv_events_publisher's shape; kv_events_config says other ports on purpose
+    block: dict[str, Any] = {
+        "publisher": "zmq", "endpoint_host": "*", "endpoint_port_base": 6001,
+        "replay_endpoint_port_base": 6002, "topic": "", "block_size": 32, "dp_size": 2,
+    }  # fmt: skip
+    info: dict[str, Any] = {
+        "page_size": 16, "dp_size": 1, "kv_events": block,
+        "kv_events_config": json.dumps({"publisher": "zmq", "endpoint": "tcp://*:5557"}),
+    }  # fmt: skip
+    found = parse_server_info(info, "http://10.0.0.5:30000")
+    assert found.events_endpoint == "tcp://10.0.0.5:6001"
+    assert found.replay_endpoint == "tcp://10.0.0.5:6002"
+    assert (found.topic, found.page_size_tokens, found.dp_size) == ("", 32, 2)
+    concrete = {k: v for k, v in block.items() if k != "replay_endpoint_port_base"}
+    found = parse_server_info({**info, "kv_events": {**concrete, "endpoint_host": "10.9.9.9"}},
+                              "http://[::1]:30000")  # fmt: skip
+    assert (found.events_endpoint, found.replay_endpoint) == ("tcp://10.9.9.9:6001", None)
+    v6 = parse_server_info({**info, "kv_events": {**block, "endpoint_host": "::"}},
+                           "http://[::1]:30000")  # fmt: skip
+    assert v6.events_endpoint == "tcp://[::1]:6001"
 
 
 def test_sglang_command_sets_consistent_flags__from_sidecar_config() -> None:
