@@ -28,7 +28,7 @@ from edge import openai_shapes as shapes
 from edge.config import EdgeConfig
 from edge.feedback import encode_queue_header
 from edge.forwarder import Forwarder, Route
-from edge.handlers import EDGE, error_middleware, make_completion_handler
+from edge.handlers import EDGE, error_middleware, make_completion_handler, read_body
 from edge.policies import POLICIES, Policies
 from edge.service import EdgeService
 from edge.tokenizer import Tokenizer, make_tokenizer
@@ -184,7 +184,7 @@ async def policy(request: web.Request) -> web.Response:
     """GET: the active routing policy; POST ``{"policy": name}``: switch to it (admin only)."""
     e = request.app[EDGE]
     if request.method == "POST":
-        body = shapes.parse_json(await request.read())
+        body = shapes.parse_json(await read_body(request))
         name = body.get("policy")
         if name not in POLICIES:
             raise shapes.ApiError(400, f"policy: expected one of {list(POLICIES)}, got {name!r}")
@@ -256,7 +256,7 @@ async def lookup(request: web.Request) -> web.Response:
     e = request.app[EDGE]
     src: Any
     if request.method == "POST":
-        src = shapes.parse_json(await request.read())
+        src = shapes.parse_json(await read_body(request))
     else:
         q = request.query
         src = {"text": q["text"]} if "text" in q else {}

@@ -82,6 +82,14 @@ class EdgeConfig:
     view_mode: str = "writer"
     """``writer``: this process consumes ``index-patches`` into ``view_dir``. ``reader``: it serves
     the files another edge process on this host writes to ``view_dir`` (``edge.shared_view``)."""
+    keepalive_timeout_ms: float = 30_000.0
+    """A connection must send a complete request head within this after it opens or after its
+    previous response, else it is closed: the idle keep-alive AND header-read (slowloris) timeout
+    (aiohttp enforces both with one timer; ``edge.connections``)."""
+    body_timeout_ms: float = 30_000.0
+    """A request body must arrive whole within this, else 408 and the connection is closed."""
+    max_connections: int = 4096
+    """Open client connections at most; beyond, a new connection gets 503 and is closed."""
     drain_timeout_ms: float = 10_000.0
     """On SIGTERM, wait at most this long for in-flight requests."""
     offsets_flush_period_ms: float = 1000.0
@@ -102,12 +110,13 @@ class EdgeConfig:
         if not 0 <= self.port < 65536:
             raise ConfigError(f"edge.port: expected 0..65535, got {self.port}")
         for name in ("max_context_tokens", "max_new_tokens", "max_body_bytes",
-                     "pool_size_per_worker", "explain_capacity"):  # fmt: skip
+                     "pool_size_per_worker", "explain_capacity", "max_connections"):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"edge.{name}: expected an int >= 1, got {value!r}")
         for name in ("connect_timeout_ms", "first_byte_timeout_ms", "drain_timeout_ms",
-                     "offsets_flush_period_ms"):  # fmt: skip
+                     "offsets_flush_period_ms", "keepalive_timeout_ms",
+                     "body_timeout_ms"):  # fmt: skip
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"edge.{name}: expected a finite number > 0, got {value!r}")

@@ -57,7 +57,10 @@ def request_id(request: web.Request) -> str:
 
 
 def error_response(err: shapes.ApiError, rid: str) -> web.Response:
-    return web.json_response(err.body(rid), status=err.status, headers={"X-Request-Id": rid})
+    resp = web.json_response(err.body(rid), status=err.status, headers={"X-Request-Id": rid})
+    if err.status in (408, 413):  # the rest of the body is not read: do not reuse the connection
+        resp.force_close()
+    return resp
 
 
 EDGE: web.AppKey[EdgeApp] = web.AppKey("edge")
@@ -84,6 +87,12 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         rid = request_id(request)
         _state(request).service.metrics.inc("errors_total", type=f"http-{exc.status}")
         return error_response(shapes.ApiError(exc.status, exc.reason), rid)
+    except ConnectionError as exc:  # the client went away (reset, broken pipe): not our error
+        log.debug("client went away on %s: %r", request.path, exc)
+        _state(request).service.metrics.inc("client_disconnect_total")
+        gone = web.Response(status=499, reason="Client Closed Request")
+        gone.force_close()
+        return gone
     except Exception:  # an edge bug: say so, keep serving
         log.exception("unhandled error on %s", request.path)
         rid = request_id(request)
@@ -91,14 +100,23 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return error_response(shapes.ApiError(500, "internal edge error", "server_error"), rid)
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, at most ``max_body_bytes`` (413) within ``body_timeout_ms`` (408)."""
+    cfg = _state(request).config
+    limit = cfg.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise shapes.ApiError(413, f"body: expected at most {limit} bytes, got "
                                    f"{request.content_length}")  # fmt: skip
     try:
-        return await request.read()
+        async with asyncio.timeout(cfg.body_timeout_ms / 1000.0):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise shapes.ApiError(413, f"body: expected at most {limit} bytes") from None
+    except TimeoutError:
+        got = request.content.total_bytes
+        raise shapes.ApiError(
+            408, f"body: expected all of it within {cfg.body_timeout_ms:g} ms; got {got} bytes"
+        ) from None
 
 
 def make_completion_handler(kind: str) -> Any:
@@ -119,8 +137,7 @@ def make_completion_handler(kind: str) -> Any:
 
 
 async def _serve(request: web.Request, st: EdgeApp, kind: str, rid: str) -> web.StreamResponse:
-    cfg = st.config
-    raw = await _read_body(request, cfg.max_body_bytes)
+    raw = await read_body(request)
     body = shapes.parse_json(raw)
     if kind == "generate" and isinstance(body.get("rid"), str) and _RID.match(body["rid"]):
         rid = body["rid"]
@@ -257,4 +274,4 @@ def _chat_event(event: bytes) -> bytes:
     return b"data: " + json.dumps(shapes.chat_chunk(obj)).encode() + b"\n\n"
 
 
-__all__ = ["EDGE", "error_middleware", "make_completion_handler", "request_id"]
+__all__ = ["EDGE", "error_middleware", "make_completion_handler", "read_body", "request_id"]

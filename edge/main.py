@@ -23,6 +23,7 @@ from aiohttp import web
 
 from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
+from edge.connections import CappedTCPSite, server_timeouts
 from edge.loads import LocalLoads
 from edge.shared_view import ViewFileFollower
 from edge.sync import open_followers
@@ -79,9 +80,16 @@ async def run_edge(
     gc.collect()
     gc.freeze()
     drain_s = config.drain_timeout_ms / 1000.0
-    runner = web.AppRunner(build_app(edge), access_log=None, shutdown_timeout=drain_s)
+    runner = web.AppRunner(build_app(edge), access_log=None, shutdown_timeout=drain_s,
+                           **server_timeouts(config))  # fmt: skip
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
+    site = CappedTCPSite(
+        runner,
+        config.host,
+        config.port,
+        max_connections=config.max_connections,
+        on_refused=lambda: edge.service.metrics.inc("connections_refused_total"),
+    )
     await site.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
