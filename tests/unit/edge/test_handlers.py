@@ -39,7 +39,8 @@ DEP = Deployment.from_dict(
 
 async def _fake_generate(request: web.Request) -> web.StreamResponse:
     body = await request.json()
-    ids = body.get("input_ids") or body.get("prompt")
+    # SGLang reads input_ids on /generate and prompt on /v1/completions (other keys ignored)
+    ids = body.get("prompt") if request.path == "/v1/completions" else body.get("input_ids")
     assert isinstance(ids, list), "the edge must forward token ids"
     if body.get("stream"):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

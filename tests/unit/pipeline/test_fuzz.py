@@ -1,0 +1,189 @@
+"""Fuzz: random bytes and mutated valid Avro on every topic the pipeline consumes (Hypothesis).
+
+``kv-events`` (the rechunk agent) and ``index-ops`` (the maintenance agent) get takes mixing valid
+records, random bytes, null values and valid encodings with bytes flipped, cut, inserted or
+deleted. Invariants, checked against the same core fed directly (the reference):
+- the shell never raises (the process keeps running) and goes past every record;
+- every input is either applied (its runs appear in the output, keys and all) or dead-lettered
+  exactly once with a reason and its coordinates;
+- accepted data is never lost: a valid record next to garbage is applied like it is alone.
+Bounded: ``max_examples`` below, no deadline (numba's first calls are slow on a cold cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvcompass.deployment import builtin_deployment
+from pipeline.app import PipelineShell, Raw, WorkerSettings
+from pipeline.codec import AvroCodec, DecodeError
+from pipeline.config import PipelineConfig
+from pipeline.maintenance import MaintenanceUnit, PatchScan
+from pipeline.rechunk import EventRef, OpBatch, by_shard, decode_op_batch, encode_op_batch
+from pipeline.registry import InProcessRegistry
+from tests.unit.pipeline._pipeline_fixtures import DEP, event
+from tests.unit.pipeline.test_app import FakeDelivery
+
+CODEC = AvroCodec(InProcessRegistry())
+N_SHARDS = 3
+_SHELL: list[tuple[PipelineShell, FakeDelivery]] = []
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def _sent(fake: FakeDelivery, topic: str) -> list[bytes]:
+    return [v for t, v, _, _ in fake.sent if t == topic and v is not None]
+
+
+def _shell() -> tuple[PipelineShell, FakeDelivery]:
+    if not _SHELL:  # one per module: its construction warms numba up
+        fake = FakeDelivery()
+        cfg = PipelineConfig(n_shards=N_SHARDS, topic_prefix="f.")
+        dep = builtin_deployment("paper-testbed-14x3")
+        _SHELL.append((PipelineShell(WorkerSettings(cfg, dep), delivery=fake), fake))  # type: ignore[arg-type]
+    shell, fake = _SHELL[0]
+    fake.sent.clear()
+    shell.dead.counts.clear()
+    return shell, fake
+
+
+@st.composite
+def kv_events(draw: st.DrawFn) -> dict[str, Any]:
+    w = draw(st.integers(0, DEP.n_workers - 1))
+    kind = draw(st.sampled_from(["keys", "tokens", "cleared", "removed"]))
+    if kind == "tokens":
+        n = draw(st.integers(0, 3000))
+        toks = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).integers(0, 50_000, n)
+        return event(w, toks.astype(np.int32), engine_seq=draw(st.integers(0, 2**40)))
+    keys = draw(st.lists(st.integers(1, 2**63 - 1), min_size=1, max_size=12, unique=True))
+    op, tier = {"keys": ("STORED", "VRAM"), "cleared": ("CLEARED", "NONE"),
+                "removed": ("REMOVED", "NONE")}[kind]  # fmt: skip
+    ev = event(w, np.zeros(0, np.int32), op=op, tier=tier)
+    if kind != "cleared":
+        ev.update(token_ids=None, token_count=16 * len(keys), registration_keys=keys,
+                  registration_lengths=[16 * (i + 1) for i in range(len(keys))])  # fmt: skip
+    return ev
+
+
+def _mutate(draw: st.DrawFn, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(draw(st.integers(1, 4))):
+        how = draw(st.sampled_from(["flip", "cut", "insert", "delete"]))
+        i = draw(st.integers(0, max(len(b) - 1, 0)))
+        if how == "flip" and b:
+            b[i] ^= 1 << draw(st.integers(0, 7))
+        elif how == "cut":
+            del b[i:]
+        elif how == "insert":
+            b[i:i] = draw(st.binary(min_size=1, max_size=8))
+        elif b:
+            del b[i : i + draw(st.integers(1, 8))]
+    return bytes(b)
+
+
+@st.composite
+def hostile_values(draw: st.DrawFn, valid: st.SearchStrategy[bytes]) -> bytes | None:
+    kind = draw(st.sampled_from(["valid", "valid", "random", "mutated", "null", "empty"]))
+    if kind == "valid":
+        return draw(valid)
+    if kind == "random":
+        return draw(st.binary(max_size=200))
+    if kind == "mutated":
+        return _mutate(draw, draw(valid))
+    return None if kind == "null" else b""
+
+
+def _rechunk_reference(value: bytes | None, offset: int, topic: str) -> list[OpBatch] | None:
+    """What the core makes of one record alone: its runs, or None if it must be dead-lettered."""
+    shell = _SHELL[0][0]
+    try:
+        if value is None:
+            raise DecodeError("null")
+        name, ev = CODEC.decode(value)
+        if name != "KvEvent":
+            return None
+        src = EventRef(int(ev["worker_id"]), int(ev["engine_seq"]), topic, 0, offset,
+                       int(ev["timestamp_ms"]))  # fmt: skip
+        return shell.rechunker.rechunk(ev, src)
+    except Exception:  # whatever the core refuses must reach the dead letters
+        return None
+
+
+@FUZZ
+@given(st.lists(hostile_values(kv_events().map(lambda e: CODEC.encode("KvEvent", e))),
+                min_size=1, max_size=12))  # fmt: skip
+def test_kv_events_are_applied_or_dead_lettered__random_and_mutated(values: list[Any]) -> None:
+    shell, fake = _shell()
+    topic = shell.topics.kv_events
+    batch = [Raw(topic, 0, i, b"k", v) for i, v in enumerate(values)]
+    asyncio.run(shell.rechunk(batch))  # never raises
+    dead = [CODEC.decode(v)[1] for v in _sent(fake, shell.topics.dead_letters)]
+    got: dict[int, list[tuple[int, int, int, int, int, list[int]]]] = {}
+    for v in _sent(fake, shell.topics.index_ops):
+        for b in decode_op_batch(CODEC.decode(v)[1]):
+            got.setdefault(b.source.offset, []).append(
+                (b.shard, b.table, b.field, int(b.op), int(b.tier), b.keys.tolist())
+            )
+    dead_offsets = [d["original_offset"] for d in dead]
+    assert len(dead_offsets) == len(set(dead_offsets))  # each at most once
+    assert all(d["reason"] and d["original_topic"] == topic for d in dead)
+    for i, v in enumerate(values):
+        want = _rechunk_reference(v, i, topic)
+        if want is None:
+            assert i in dead_offsets, f"record {i} neither applied nor dead-lettered"
+            assert i not in got
+        else:
+            assert i not in dead_offsets
+            runs = [(b.shard, b.table, b.field, int(b.op), int(b.tier), b.keys.tolist())
+                    for s in sorted(by_shard(want)) for b in by_shard(want)[s]]  # fmt: skip
+            assert sorted(got.get(i, [])) == sorted(runs), f"record {i}: accepted data lost"
+
+
+@st.composite
+def op_records(draw: st.DrawFn) -> bytes:
+    """A valid IndexOpBatch of shard 0 (what rechunk writes), from a few valid events."""
+    shell = _SHELL[0][0] if _SHELL else _shell()[0]
+    runs: list[OpBatch] = []
+    for j in range(draw(st.integers(1, 3))):
+        ev = draw(kv_events())
+        src = EventRef(int(ev["worker_id"]), j, "kv", 0, j, 0)
+        runs += [b for b in shell.rechunker.rechunk(ev, src) if b.shard == 0]
+    return CODEC.encode("IndexOpBatch", encode_op_batch(0, runs))
+
+
+@FUZZ
+@given(st.lists(hostile_values(op_records()), min_size=1, max_size=10))
+def test_index_ops_are_applied_or_dead_lettered__random_and_mutated(values: list[Any]) -> None:
+    shell, fake = _shell()
+    topic = shell.topics.index_ops
+    unit = MaintenanceUnit(shell.layout, 0, N_SHARDS, initial_capacity=16)
+    unit.recover([], PatchScan(), 0)
+    ref = MaintenanceUnit(shell.layout, 0, N_SHARDS, initial_capacity=16)
+    ref.recover([], PatchScan(), 0)
+    batch = [Raw(topic, 0, i, b"\x00\x00\x00\x00", v) for i, v in enumerate(values)]
+    shell.apply(unit, batch)  # never raises
+    assert unit.next_offset == len(values)  # went past every record
+    dead = {CODEC.decode(v)[1]["original_offset"] for v in _sent(fake, shell.topics.dead_letters)}
+    good: list[OpBatch] = []
+    for i, v in enumerate(values):
+        try:
+            runs = shell._decode_ops(v)
+            ok = all(unit.check(b) is None for b in runs)
+        except Exception:
+            ok = False
+        assert (i not in dead) == ok, f"record {i}: applied={ok}, dead-lettered={i in dead}"
+        if ok:
+            good += runs
+    ref.apply(good, len(values) - 1)
+    for t in range(shell.layout.n_tables):
+        a, b = unit.state.tables[t].items(), ref.state.tables[t].items()
+        oa, ob = np.argsort(a[0]), np.argsort(b[0])
+        assert np.array_equal(a[0][oa], b[0][ob]) and np.array_equal(a[1][oa], b[1][ob])
