@@ -25,6 +25,7 @@ import numpy as np
 from aiohttp import web
 
 from edge import openai_shapes as shapes
+from edge.cache_states import CacheStates
 from edge.config import EdgeConfig
 from edge.feedback import encode_queue_header
 from edge.forwarder import Forwarder, Route
@@ -65,6 +66,8 @@ class EdgeApp:
     patch_follower: Any = None
     """``edge.sync.PatchFollower`` when the views follow Kafka (set by ``edge.main``)."""
     local_workers: frozenset[int] = field(default_factory=frozenset)
+    cache_states: CacheStates = field(default_factory=CacheStates)
+    """Workers whose cache their sidecar reports unknown (degraded), from ``queue-vectors``."""
     _rid_prefix: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     _rid_seq: int = 0
 
@@ -198,8 +201,11 @@ async def _close_forwarder(app: web.Application) -> None:
 
 async def health(request: web.Request) -> web.Response:
     e = request.app[EDGE]
+    unknown = e.cache_states.unknown()
     return web.json_response({
-        "status": "ok",
+        # still 200: the edge serves; "degraded" says some workers' caches are not in the index
+        "status": "degraded" if unknown else "ok",
+        "cache_unknown_workers": unknown,
         "region": e.config.region,
         "model": e.config.model,
         "workers_reachable": len(e.forwarder.routes),
@@ -238,6 +244,7 @@ def gauges(e: EdgeApp) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
         out.append(("view_last_seq", (("shard", str(s)),), float(seq)))
     out.append(("views_present", (), float(e.view.present.sum())))
     out.append(("in_flight", (), float(e.in_flight)))
+    out.extend(("cache_unknown", (("worker", str(w)),), 1.0) for w in e.cache_states.unknown())
     return out
 
 
@@ -247,7 +254,9 @@ async def explain(request: web.Request) -> web.Response:
     if got is None:
         raise shapes.ApiError(404, f"no recent decision for request id {rid[:128]!r}",
                               code="decision_not_found")  # fmt: skip
-    return web.json_response(got)
+    # the state now, not at decision time: a worker listed here is served with an empty index
+    unknown = request.app[EDGE].cache_states.unknown()
+    return web.json_response({**got, "cache_unknown_workers": unknown})
 
 
 async def lookup(request: web.Request) -> web.Response:

@@ -10,9 +10,10 @@ Metric names (all prefixed ``kvc_edge_``): ``requests_total{endpoint,status}``,
 ``claimed_tokens_total``, ``reused_tokens_total``, ``false_hits_total``, ``forward_failures_total
 {reason}``, ``retries_total``, ``migrations_total``, ``decisions_published_total``,
 ``dead_letters_total{topic}``, ``errors_total{type}``, ``piggybacks_total{result}``,
-``patches_applied_total``, ``queue_vectors_total``; gauges ``belief{worker}``,
+``patches_applied_total``, ``queue_vectors_total``, ``client_disconnect_total``,
+``connections_refused_total``, ``cache_unknown_total{worker}``; gauges ``belief{worker}``,
 ``queue_estimate_ms{worker}``, ``queue_staleness_ms{worker}``, ``view_staleness_ms``,
-``view_last_seq{shard}``, ``in_flight``.
+``view_last_seq{shard}``, ``in_flight``, ``cache_unknown{worker}`` (1 while degraded).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ Owns two followers:
   epochs; the main loop calls it every ``offsets_flush_period_ms`` and at shutdown.
 - ``QueueVectorFollower``: every region's periodic broadcast (``QueueVector``, newest only by
   ``seq`` per region) → ``Router.on_broadcast``; the edge's own region is skipped (read live).
+  The sidecars' cache-state reports in them (degraded workers) go to ``EdgeApp.cache_states``
+  from every region, the edge's own included.
   Bad records go to ``dead-letters`` with the reason (``pipeline.dead_letter.DeadLetters``).
 Must not route or serve HTTP.
 """
@@ -217,6 +219,10 @@ class QueueVectorFollower:
             if name != "QueueVector":
                 raise ValueError(f"expected a QueueVector record, got {name}")
             region, ids, qs = _checked(rec, svc.deployment.worker_region)
+            became = self.edge.cache_states.report(
+                rec["bridged_worker_ids"], rec["cache_unknown_worker_ids"],
+                svc.deployment.n_workers, svc.clock_ms(),
+            )  # fmt: skip
         except Exception as exc:  # every bad record is filed, none stops the consumer
             source = topic or self.topic
             self.dead.file(topic=source, partition=partition, offset=offset, key=key,
@@ -224,6 +230,9 @@ class QueueVectorFollower:
                            now_ms=int(time.time() * 1000))  # fmt: skip
             svc.metrics.inc("dead_letters_total", topic=source)
             return False
+        for w in became:  # before the own-region skip: local edges learn it here too
+            log.warning("worker %d: its sidecar reports its cache unknown (degraded)", w)
+            svc.metrics.inc("cache_unknown_total", worker=w)
         if region == svc.origin or rec["seq"] < self.last_seq.get(region, -(2**62)):
             return False
         self.last_seq[region] = rec["seq"]

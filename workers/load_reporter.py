@@ -5,7 +5,9 @@ worker's estimate (``kvcompass.router.load_report.worker_queue_ms``, the one the
 poll applies too). Must not: route, or keep history beyond one poll. A worker that does not
 answer within the period is left out of that vector (edges keep their last value and age it).
 ``seq`` is the reporter's wall clock in ms, so several reporters of one region (one per sidecar)
-stay ordered.
+stay ordered. Each vector also carries the cache state of the workers whose bridge runs in this
+sidecar (``cache_states``: bridged ids, and those degraded), so every edge sees a degraded
+worker within Δ (``QueueVector`` v2).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -25,8 +27,16 @@ from pipeline.producer import ProducerPort
 log = logging.getLogger(__name__)
 
 
+CacheStates = Callable[[], tuple[list[int], list[int]]]
+"""(workers bridged by this sidecar, those of them whose cache is unknown), read at each Δ."""
+
+
 def vector_record(
-    region_id: int, queues: Sequence[tuple[int, float]], now_ms: int
+    region_id: int,
+    queues: Sequence[tuple[int, float]],
+    now_ms: int,
+    bridged: Sequence[int] = (),
+    cache_unknown: Sequence[int] = (),
 ) -> dict[str, Any]:
     return {
         "region_id": region_id,
@@ -34,6 +44,8 @@ def vector_record(
         "queue_ms": [q for _, q in queues],
         "seq": now_ms,
         "timestamp_ms": now_ms,
+        "bridged_worker_ids": list(bridged),
+        "cache_unknown_worker_ids": list(cache_unknown),
     }
 
 
@@ -47,8 +59,10 @@ class LoadReporter:
         sink: ProducerPort,
         codec: AvroCodec,
         topic: str,
+        cache_states: CacheStates | None = None,
     ) -> None:
         self.region_id = region_id
+        self.cache_states = cache_states
         self.workers = list(workers)
         self.fallback = fallback_ms_per_token
         self.period_s = period_ms / 1000.0
@@ -71,7 +85,8 @@ class LoadReporter:
         queues = [(w, q) for (w, _), q in zip(self.workers, got, strict=True) if q is not None]
         if not queues:
             return None
-        rec = vector_record(self.region_id, queues, int(time.time() * 1000))
+        bridged, unknown = self.cache_states() if self.cache_states is not None else ([], [])
+        rec = vector_record(self.region_id, queues, int(time.time() * 1000), bridged, unknown)
         value = self.codec.encode("QueueVector", rec)
         self.sink.produce(self.topic, value, int32_key(self.region_id))
         self.published += 1

@@ -34,7 +34,7 @@ from pipeline.producer import ProducerPort
 from workers.bridge import RankBridge
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
-from workers.load_reporter import LoadReporter
+from workers.load_reporter import CacheStates, LoadReporter
 from workers.migration import MigrationExecutor
 from workers.protocol import Rejected
 
@@ -226,6 +226,15 @@ async def run_migrations(
         await consumer.stop()
 
 
+def bridge_cache_states(bridges: list[RankBridge]) -> CacheStates:
+    """What the load reporter says of the bridged workers' caches (degraded = unknown)."""
+
+    def states() -> tuple[list[int], list[int]]:
+        return [b.worker_id for b in bridges], [b.worker_id for b in bridges if b.stats.degraded]
+
+    return states
+
+
 async def log_stats(bridges: list[RankBridge], period_s: float = 30.0) -> None:
     """The bridges' counters (degraded, orphans, gaps...) as one log line per rank per period."""
     while True:
@@ -247,6 +256,7 @@ async def run_sidecar(
 ) -> None:
     """Run the chosen loops until cancelled or one fails."""
     ctx = zmq.asyncio.Context()
+    bridges: list[RankBridge] = []
     try:
         async with asyncio.TaskGroup() as tg:
             if bridge:
@@ -282,6 +292,7 @@ async def run_sidecar(
                     sink,
                     codec,
                     pipe.topics.queue_vectors,
+                    cache_states=bridge_cache_states(bridges) if bridge else None,
                 )
                 tg.create_task(reporter.run())
             if migrate:

@@ -58,7 +58,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
     },
     "QueueVector": {
         "region_id": 2, "worker_ids": [0, 1, 2], "queue_ms": [0.0, 12.5, 250.25], "seq": 9,
-        "timestamp_ms": 1_796_000_000_002,
+        "timestamp_ms": 1_796_000_000_002, "bridged_worker_ids": [1, 2],
+        "cache_unknown_worker_ids": [2],
     },
     "MigrationRequest": {
         "request_id": "mig-1", "model": "m/llama", "prefix_tokens": TOKENS,

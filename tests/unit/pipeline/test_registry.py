@@ -30,7 +30,7 @@ EXPECTED_IDS = {
     "KvEvent": 1,
     "IndexOp": 2,
     "IndexPatch": 3,
-    "QueueVector": 4,
+    "QueueVector": 10,  # id 4 still reads
     "MigrationRequest": 5,
     "RoutingDecision": 6,
     "DeadLetter": 9,  # id 7 (unbounded raw) still reads
@@ -133,22 +133,23 @@ def test_old_id_decodes_into_newest_schema__backward_evolution(tmp_path: Path) -
     from fastavro.schema import fingerprint, to_parsing_canonical_form
 
     schema_dir = _copy_schemas(tmp_path)
-    old = json.loads((schema_dir / "queue_vector.avsc").read_text())
+    old = json.loads((schema_dir / "queue_vector.v2.avsc").read_text())
     new = json.loads(json.dumps(old))
     new["fields"].append({"name": "unit", "type": "string", "default": "ms", "doc": "Unit."})
-    (schema_dir / "queue_vector.v2.avsc").write_text(json.dumps(new))
+    (schema_dir / "queue_vector.test.avsc").write_text(json.dumps(new))
     manifest = json.loads((schema_dir / "ids.json").read_text())
     fp = fingerprint(to_parsing_canonical_form(new), "CRC-64-AVRO")
     next_id = max(e["id"] for e in manifest["schemas"]) + 1
     manifest["schemas"].append({"id": next_id, "name": "QueueVector",
-                                "file": "queue_vector.v2.avsc", "fingerprint": fp})  # fmt: skip
+                                "file": "queue_vector.test.avsc", "fingerprint": fp})  # fmt: skip
     (schema_dir / "ids.json").write_text(json.dumps(manifest))
     record = {"region_id": 1, "worker_ids": [3], "queue_ms": [2.5], "seq": 1, "timestamp_ms": 5}
 
     old_bytes = AvroCodec(InProcessRegistry(DEFAULT_SCHEMA_DIR)).encode("QueueVector", record)
     codec = AvroCodec(InProcessRegistry(schema_dir))
-    assert old_bytes[1:5] == b"\x00\x00\x00\x04"
-    assert codec.decode(old_bytes) == ("QueueVector", {**record, "unit": "ms"})
+    assert old_bytes[1:5] == InProcessRegistry().writer_id("QueueVector").to_bytes(4, "big")
+    v2_defaults = {"bridged_worker_ids": [], "cache_unknown_worker_ids": []}
+    assert codec.decode(old_bytes) == ("QueueVector", {**record, **v2_defaults, "unit": "ms"})
     new_bytes = codec.encode("QueueVector", {**record, "unit": "s"})
     assert new_bytes[1:5] == next_id.to_bytes(4, "big")
 
