@@ -30,6 +30,7 @@ from edge.config import EdgeConfig
 from edge.feedback import encode_queue_header
 from edge.forwarder import Forwarder, Route
 from edge.handlers import EDGE, error_middleware, make_completion_handler, read_body
+from edge.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edge.policies import POLICIES, Policies
 from edge.service import EdgeService
 from edge.tokenizer import Tokenizer, make_tokenizer
@@ -222,8 +223,8 @@ async def models(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     e = request.app[EDGE]
-    return web.Response(text=e.service.metrics.render(gauges(e)),
-                        content_type="text/plain", charset="utf-8")  # fmt: skip
+    text = e.service.metrics.render(gauges(e))
+    return web.Response(body=text.encode("utf-8"), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
 def gauges(e: EdgeApp) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:

@@ -1,42 +1,92 @@
-"""The edge's counters and their Prometheus text exposition (format 0.0.4), without a client lib.
+"""The edge's counters and their Prometheus exposition (``prometheus_client``'s text format).
 
-Owns counter storage (name + sorted label pairs → value) and rendering. Gauges that are state
-of the router or the views (belief, queue estimates, staleness) are not stored here: the scrape
-handler reads them from their owners at scrape time and passes them to ``render``. Must not
-know HTTP or routing. Counting is a dict update: cheap enough for the per-request path.
+Owns counter storage (name + sorted label pairs → value) and turning counters plus scrape-time
+gauges into the exposition through a ``prometheus_client`` collector, so the format (escaping,
+``+Inf``, ``# HELP`` / ``# TYPE``) is the library's, not ours. Counting stays a dict update —
+cheap enough for the per-request path, where ``prometheus_client``'s ``Counter.labels().inc()``
+takes a lock and a label lookup — and each ``Metrics`` renders through its own
+``CollectorRegistry``, never the library's process-global one, so two edges in one process
+(tests) do not share counters. Gauges that are state of the router or the views (belief, queue
+estimates, staleness) are not stored here: the scrape handler reads them from their owners at
+scrape time and passes them to ``render``. Must not know HTTP or routing.
 
-Metric names (all prefixed ``kvc_edge_``): ``requests_total{endpoint,status}``,
-``decisions_total``, ``chosen_total{region,worker}``, ``matched_tokens_total``,
-``claimed_tokens_total``, ``reused_tokens_total``, ``false_hits_total``, ``forward_failures_total
-{reason}``, ``retries_total``, ``migrations_total``, ``decisions_published_total``,
-``dead_letters_total{topic}``, ``errors_total{type}``, ``piggybacks_total{result}``,
-``patches_applied_total``, ``queue_vectors_total``, ``client_disconnect_total``,
-``connections_refused_total``, ``cache_unknown_total{worker}``; gauges ``belief{worker}``,
-``queue_estimate_ms{worker}``, ``queue_staleness_ms{worker}``, ``view_staleness_ms``,
-``view_last_seq{shard}``, ``in_flight``, ``cache_unknown{worker}`` (1 while degraded).
+Metric names (all prefixed ``kvc_edge_``) and their help text are ``HELP`` below.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 PREFIX = "kvc_edge_"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""The ``Content-Type`` of ``render``'s output (text format 0.0.4)."""
 Labels = tuple[tuple[str, str], ...]
 Sample = tuple[str, Labels, float]
 """(metric name without prefix, labels, value)."""
 
+HELP: dict[str, str] = {
+    "requests_total": "HTTP requests by endpoint and status",
+    "decisions_total": "routing decisions made",
+    "chosen_total": "decisions by chosen region and worker",
+    "matched_tokens_total": "prefix tokens the view claimed for the chosen worker",
+    "claimed_tokens_total": "claimed tokens of served requests",
+    "reused_tokens_total": "tokens the serving worker reported reused",
+    "false_hits_total": "served requests that reused fewer tokens than claimed",
+    "forward_failures_total": "forwards that failed, by reason",
+    "retries_total": "forwards retried on another worker",
+    "migrations_total": "migration requests published",
+    "decisions_published_total": "sampled RoutingDecision records published",
+    "dead_letters_total": "records sent to the dead-letter topic, by source topic",
+    "errors_total": "errors by type",
+    "piggybacks_total": "queue vectors piggybacked on responses, by result",
+    "patches_applied_total": "index patches applied to the views",
+    "queue_vectors_total": "queue-vector records applied",
+    "view_files_installed_total": "view files installed from the shared directory",
+    "belief": "cache belief b_r per worker",
+    "queue_estimate_ms": "queueing estimate Tq per worker, ms",
+    "queue_staleness_ms": "ms since each worker's queue estimate was refreshed",
+    "view_staleness_ms": "ms since a patch was last applied to the view",
+    "view_last_seq": "last applied patch sequence per shard",
+    "views_present": "view files present",
+    "in_flight": "requests being served",
+    "client_disconnect_total": "clients that went away before their response was complete",
+    "connections_refused_total": "connections refused at the concurrent-connection cap",
+    "cache_unknown_total": "times a worker's cache became unknown (its sidecar degraded), by worker",
+    "cache_unknown": "1 while a worker's cache is unknown (degraded sidecar), by worker",
+}
+"""Help text per metric name (without prefix); a name missing here gets a generic one."""
 
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+def _family(kind: str, name: str, samples: list[tuple[Labels, float]]) -> Metric:
+    full = PREFIX + name
+    # Counter families are named without "_total"; the library adds it back to the samples.
+    base = full.removesuffix("_total") if kind == "counter" else full
+    fam = Metric(base, HELP.get(name, f"kvc_edge {kind}"), kind)
+    sample_name = base + "_total" if kind == "counter" else base
+    for labels, value in samples:
+        fam.add_sample(sample_name, dict(labels), value)
+    return fam
 
 
-def _fmt(v: float) -> str:
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    if math.isnan(v):
-        return "NaN"
-    return repr(float(v)) if not float(v).is_integer() else str(int(v))
+class _Snapshot(Collector):
+    """One scrape: the counters as they are now and the gauges read for this scrape."""
+
+    def __init__(self, counters: dict[str, list[tuple[Labels, float]]], gauges: Iterable[Sample]):
+        self.counters = counters
+        self.gauges: dict[str, list[tuple[Labels, float]]] = {}
+        for name, labels, value in gauges:
+            self.gauges.setdefault(name, []).append((labels, value))
+
+    def collect(self) -> Iterator[Metric]:
+        for name, samples in self.counters.items():
+            yield _family("counter", name, samples)
+        for name, samples in self.gauges.items():
+            yield _family("gauge", name, samples)
 
 
 class Metrics:
@@ -65,19 +115,10 @@ class Metrics:
         return sum(v for (n, _), v in self._counters.items() if n == name)
 
     def render(self, gauges: Iterable[Sample] = ()) -> str:
-        """Prometheus text: every counter (TYPE counter), then the given gauges (TYPE gauge)."""
-        lines: list[str] = []
+        """The exposition (``CONTENT_TYPE``): every counter, then the given gauges."""
         by_name: dict[str, list[tuple[Labels, float]]] = {}
         for (name, labels), v in sorted(self._counters.items()):
             by_name.setdefault(name, []).append((labels, v))
-        gauge_names: dict[str, list[tuple[Labels, float]]] = {}
-        for name, labels, v in gauges:
-            gauge_names.setdefault(name, []).append((labels, v))
-        for kind, group in (("counter", by_name), ("gauge", gauge_names)):
-            for name, samples in group.items():
-                lines.append(f"# TYPE {PREFIX}{name} {kind}")
-                for labels, v in samples:
-                    lab = ",".join(f'{k}="{_escape(x)}"' for k, x in labels)
-                    lines.append(f"{PREFIX}{name}{{{lab}}} {_fmt(v)}" if lab
-                                 else f"{PREFIX}{name} {_fmt(v)}")  # fmt: skip
-        return "\n".join(lines) + "\n"
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Snapshot(by_name, gauges))
+        return generate_latest(registry).decode("utf-8")

@@ -7,6 +7,17 @@ Value wire format (identical to ``confluent_kafka.schema_registry.avro.AvroSeria
     1       4     schema id, unsigned big-endian (pipeline.registry; schemas/ids.json)
     5       n     Avro binary body of the record, no container, no schema (fastavro schemaless)
 
+The framing (magic + id) is confluent-kafka's own ``SchemaId`` (``id_to_bytes`` /
+``from_bytes``, what its serializers call); the body is fastavro's, as inside those serializers.
+Not the serializers themselves (``AvroSerializer`` / ``AvroDeserializer``, same bytes, unit-tested
+in ``tests/unit/pipeline/test_codec.py``): measured too slow for the per-record paths
+(``bench/codec.py``, 2026-12-01, 2 shared vCPUs at load ≈ 15, so ratios, not absolute figures):
+decoding is 3.3–6× slower (QueueVector 39 → 139–281 µs, IndexPatch 40–42 → 223–261 µs,
+KvEvent 87–107 → 507–633 µs) and encoding a small record ~1.1–2× slower (QueueVector 51 → 87–103
+µs, IndexPatch 53–73 → 79–100 µs; a 1 KB KvEvent is on a par, 187–209 vs 147–172 µs), for the
+per-call context, subject and rule machinery around the same fastavro calls. The rechunk agent
+decodes every ``KvEvent`` and every edge every queue vector and migration request.
+
 Patch key (Kafka key of every ``index-patches`` record; compaction keeps the latest value per key)::
 
     offset  size  field
@@ -35,6 +46,8 @@ from enum import IntEnum
 from io import BytesIO
 from typing import Any, ClassVar
 
+from confluent_kafka.schema_registry.serde import SchemaId
+from confluent_kafka.serialization import SerializationError
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.validation import ValidationError
 from fastavro.validation import validate as avro_validate
@@ -43,8 +56,9 @@ from kvcompass.errors import InvalidInputError
 from pipeline.registry import ParsedSchema, RegisteredSchema, SchemaRegistry, UnknownSchemaError
 
 MAGIC = 0
-_HEADER = struct.Struct(">BI")
-HEADER_BYTES = _HEADER.size
+HEADER_BYTES = 5
+"""Magic byte + 4-byte schema id (``SchemaId.id_to_bytes`` of a numeric id)."""
+_AVRO = "AVRO"
 
 PATCH_KEY_VERSION = 1
 _PATCH_KEY = struct.Struct(">BIIIBQ")
@@ -161,14 +175,18 @@ class AvroCodec:
             raise DecodeError(
                 f"expected at least {HEADER_BYTES} bytes (magic + schema id); got {size}"
             )
-        magic, schema_id = _HEADER.unpack_from(data)
-        if magic != MAGIC:
-            raise DecodeError(f"expected magic byte 0x00; got 0x{magic:02x}")
+        framing = SchemaId(_AVRO)
+        try:
+            body = framing.from_bytes(BytesIO(data))
+        except (SerializationError, ValueError, struct.error):
+            body = None
+        # magic 0x01 frames a schema GUID, which this project's registries never assign
+        schema_id = framing.id
+        if body is None or schema_id is None:
+            raise DecodeError(f"expected magic byte 0x00; got 0x{data[0]:02x}")
         resolved = self._readers.get(schema_id)
         if resolved is None:
             resolved = self._resolve(schema_id)
-        body = BytesIO(data)
-        body.seek(HEADER_BYTES)
         try:
             record = schemaless_reader(body, resolved.writer, resolved.reader)
         except _DECODE_FAILURES as exc:
@@ -190,7 +208,8 @@ class AvroCodec:
             schema_id = self._registry.writer_id(schema_name)
         except UnknownSchemaError as exc:
             raise EncodeError(str(exc)) from exc
-        writer = (_HEADER.pack(MAGIC, schema_id), self._registry.writer_schema(schema_name))
+        header = SchemaId(_AVRO, schema_id).id_to_bytes()
+        writer = (header, self._registry.writer_schema(schema_name))
         self._writers[schema_name] = writer
         return writer
 

@@ -354,16 +354,15 @@ def queue_view_refresh(
 
 
 # =============================================================================================
-# sim.cluster.kernels — two-tier chunk caches (the readable reference lives in the simulator)
+# sim.cluster.kernels — two-tier chunk caches (defined in tests/naive_sim.py: size limit)
 # =============================================================================================
-from sim.cluster.cache import CacheChange as ChunkChange  # noqa: E402, F401
-from sim.cluster.cache import PrefixCache as ChunkCacheTwin  # noqa: E402, F401
+from tests.naive_sim import ChunkCacheTwin, ChunkChange  # noqa: E402, F401
 
 
 # =============================================================================================
-# sim.schemes._holder_kernels — chunk holders with a flip log (readable reference in the sim)
+# sim.schemes._holder_kernels — chunk holders with a flip log (in tests/naive_sim.py)
 # =============================================================================================
-from sim.schemes._holders import HolderHistoryRef as HolderHistoryTwin  # noqa: E402, F401
+from tests.naive_sim import HolderHistoryTwin  # noqa: E402, F401
 
 
 # =============================================================================================

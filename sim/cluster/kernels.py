@@ -1,9 +1,10 @@
 """Numba kernels of the worker caches: every worker's two-tier chunk cache in flat arrays.
 
-The same semantics as the readable ``sim.cluster.cache.PrefixCache`` (its docstring has the
-eviction keys and the prefix-closure argument; the tests compare the two), laid out for speed:
+The cache model of ``sim.cluster.store`` (its docstring has the eviction keys and the
+prefix-closure argument; the tests compare the kernels with ``tests/naive_sim.py``'s readable
+twin), laid out for speed:
 
-* node pool: one 64-byte row per node, ``N[n, :]`` = chunk id, worker, tier (1 VRAM, 2 DRAM),
+* node pool: one 64-byte row per node, ``N[n, :]`` = chunk id, worker, tier (``Tier`` codes),
   eviction key k1, k2 (compared lexicographically; LRU/FIFO: k1 = tick<<20 | (2^20-1-depth),
   k2 = 0; LFU: k1 = touch count, k2 = tick<<20 | (2^20-1-depth)), depth, owner (the request whose
   keys name the chunk), position in its heap. One row = one cache line: the kernels are bound by
@@ -20,13 +21,15 @@ import numpy as np
 from numba import njit
 
 from kvcompass.mix import finalize
+from kvcompass.types import Tier
 
 _MAXD = (1 << 20) - 1
 # columns of the node rows
 C_CHUNK, C_WORKER, C_TIER, C_K1, C_K2, C_DEPTH, C_OWNER, C_HPOS = 0, 1, 2, 3, 4, 5, 6, 7
 N_COLS = 8
-VRAM = 1
-DRAM = 2
+# plain ints: numba freezes module globals into the kernels as compile-time constants
+VRAM = int(Tier.VRAM)
+DRAM = int(Tier.DRAM)
 # change kinds written to the out buffers
 STORED = 0
 PROMOTED = 1

@@ -1,8 +1,36 @@
 """CacheStore: every worker's two-tier chunk cache, backed by the numba kernels.
 
-Owns the flat arrays of ``sim.cluster.kernels`` and the validating wrappers around them. Same
-behaviour as one ``sim.cluster.cache.PrefixCache`` per worker (the reference the tests compare
-against), one to two orders of magnitude faster. Must not know time, keys or schemes.
+Owns the flat arrays of ``sim.cluster.kernels`` and the validating wrappers around them: which
+prefix chunks each worker holds, in which tier (``kvcompass.types.Tier``), the eviction order
+(LRU, LFU or FIFO), and every change (stored, promoted, demoted, removed) so a worker can publish
+the cache events a real SGLang worker would. The readable twin the tests compare it with is
+``tests/naive_sim.py::ChunkCacheTwin``. Must not know time, keys or schemes.
+
+The simulator's cache model, and how it differs from the emulated worker's
+(``workers.emulated.cache.PrefixCache``): both are prefix-closed two-tier caches, but this one
+holds chunk *ids* (a chunk id names its whole prefix, ``sim.engine.requests``), never tokens, KV
+tensors or block hashes, for every worker at once in flat arrays, at the workload's chunk size;
+the emulated one is one engine's radix tree over token pages that emits SGLang's KV events and can
+hold real KV. Two implementations because the simulator must replay millions of requests per
+minute and the emulated worker must speak SGLang's protocol; their eviction orders differ too
+(FIFO exists only here; the emulated LRU/LFU break ties by the time a page entered its tier).
+
+Prefix-closed by construction. A chunk id names its whole prefix (``sim.engine.requests``), and
+the eviction key of a chunk is never larger than its parent's:
+
+* LRU  key = (last-touch tick, -depth): touching a chunk touches its whole path;
+* LFU  key = (touch count, last-touch tick, -depth): a parent is touched whenever a child is;
+* FIFO key = (tick of the newest insertion under the chunk, -depth): leaf-first FIFO. A pure
+  hit does not refresh a chunk (that would be LRU), but inserting a child refreshes its path;
+  plain insertion order would evict a parent before its younger child.
+
+The smallest key leaves a tier first, so a child always leaves before its parent: a held chunk's
+ancestors are held, VRAM chunks form a prefix of every cached path and DRAM chunks its tail.
+That makes "longest held prefix" a binary search over the prompt's chunk ids.
+
+VRAM overflow demotes (smallest key first) to DRAM; DRAM overflow removes. Serving a prompt
+promotes its reused DRAM chunks back to VRAM (the reload the cost model charges) and inserts the
+new chunks in VRAM.
 """
 
 from __future__ import annotations
@@ -11,6 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
+from kvcompass.types import Tier
 from sim.cluster import kernels as k
 
 
@@ -71,9 +100,14 @@ class CacheStore:
             )
 
     def serve(
-        self, worker: int, chunks: NDArray[np.int64], req: int, tier: int = 1, promote: bool = True
+        self,
+        worker: int,
+        chunks: NDArray[np.int64],
+        req: int,
+        tier: Tier = Tier.VRAM,
+        promote: bool = True,
     ) -> tuple[int, int, int]:
-        """Serve (or, with ``promote=False`` and ``tier=2``, place) a path on ``worker``.
+        """Serve (or, with ``promote=False`` and ``tier=Tier.DRAM``, place) a path on ``worker``.
 
         Returns (held chunks, of which in DRAM, number of changes); the changes are
         ``o_kind/o_chunk/o_depth/o_owner[:n]`` (kinds ``kernels.STORED`` ... ``REMOVED``).
@@ -84,7 +118,7 @@ class CacheStore:
         m, m_dram, n = k._serve(
             self.ht, self.mask, self.nodes, self.free, self.n_free,
             self.heap, self.size, self.count, self.cap, self.tick,
-            worker, chunks, req, tier, promote, self.lfu, self.fifo,
+            worker, chunks, req, int(tier), promote, self.lfu, self.fifo,
             self.o_kind, self.o_chunk, self.o_depth, self.o_owner,
         )  # fmt: skip
         return int(m), int(m_dram), int(n)

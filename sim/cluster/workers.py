@@ -1,7 +1,7 @@
 """The simulated worker pool: FIFO prefill queues, two-tier caches, and the events they emit.
 
-Owns each worker's queue (``free_at``: when its FIFO drains), its ``PrefixCache`` and the
-conversion of cache changes into the cache events a real worker's sidecar would publish
+Owns each worker's queue (``free_at``: when its FIFO drains), its cache (``sim.cluster.store``)
+and the conversion of cache changes into the cache events a real worker's sidecar would publish
 (``CacheEventBatch``: index keys at the worker's region's registration lengths, and chunk ids).
 Must not route, schedule events or know schemes: the runner calls ``serve``/``migrate`` when a
 request or migration reaches a worker, and delivers the returned events.
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from kvcompass.types import Tier
 from sim.cluster import kernels as k
 from sim.cluster.store import CacheStore
 from sim.cost import CostModel
@@ -79,8 +80,8 @@ class Cluster:
     def match_all(self, req: int) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
         m, m_dram = self.store.match_all(self.requests.nodes_of(req))
         tokens = m * self.chunk_tokens
-        tiers = np.where(m_dram > 0, k.DRAM, np.where(m > 0, k.VRAM, 0)).astype(np.uint8)
-        return tokens, tiers
+        tiers = np.where(m_dram > 0, Tier.DRAM, np.where(m > 0, Tier.VRAM, Tier.NONE))
+        return tokens, tiers.astype(np.uint8)
 
     # -- work -----------------------------------------------------------------------------------
     def serve(
@@ -96,7 +97,7 @@ class Cluster:
         start = max(float(self.free_at[worker]), arrive_ms)
         finish = start + service
         self.free_at[worker] = finish
-        batch = self._batch(worker, finish, n_changes, k.VRAM) if self.emit_events else None
+        batch = self._batch(worker, finish, n_changes, Tier.VRAM) if self.emit_events else None
         return Served(start, finish, reused, dram, service), batch
 
     def migrate(
@@ -112,14 +113,14 @@ class Cluster:
         n = int(chunks.shape[0])
         if n == 0:
             return 0.0, at_ms, None
-        held, _, n_changes = self.store.serve(worker, chunks, req, k.DRAM, promote=False)
+        held, _, n_changes = self.store.serve(worker, chunks, req, Tier.DRAM, promote=False)
         gpu = 0.0
         done = at_ms
         if recompute:
             gpu = self._beta[worker] * (n - held) * self.chunk_tokens
             done = max(float(self.free_at[worker]), at_ms) + gpu
             self.free_at[worker] = done
-        batch = self._batch(worker, done, n_changes, k.DRAM) if self.emit_events else None
+        batch = self._batch(worker, done, n_changes, Tier.DRAM) if self.emit_events else None
         return gpu, done, batch
 
     # -- events -----------------------------------------------------------------------------------
@@ -134,7 +135,9 @@ class Cluster:
             return _NO_KEYS
         return self.requests.reg_keys_many(owners[sel], depths[sel], region)
 
-    def _batch(self, worker: int, at_ms: float, n: int, stored_tier: int) -> CacheEventBatch | None:
+    def _batch(
+        self, worker: int, at_ms: float, n: int, stored_tier: Tier
+    ) -> CacheEventBatch | None:
         if n == 0:
             return None
         kind, chunk, depths, owners = self.store.o_rows[:, :n].copy()
@@ -150,7 +153,7 @@ class Cluster:
             worker=worker,
             at_ms=at_ms,
             stored=keys[0],
-            stored_tier=stored_tier,
+            stored_tier=int(stored_tier),
             to_dram=keys[1],
             to_vram=keys[2],
             removed=keys[3],

@@ -1,6 +1,6 @@
 """Numba kernels of ``HolderHistory``: chunk -> holder bitmask with a flip log, in flat arrays.
 
-Same semantics as the readable ``sim.schemes._holders.HolderHistoryRef`` (the tests compare
+Same semantics as the readable ``tests/naive_sim.py::HolderHistoryTwin`` (the tests compare
 them), laid out for speed:
 
 * table: open addressing with linear probing over ``keys[cap]`` / ``used[cap]``, holder bits in

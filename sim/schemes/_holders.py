@@ -1,9 +1,9 @@
 """Shared machinery of the baseline schemes: who holds which cache chunk, as seen from afar.
 
 Owns ``HolderHistory`` (chunk id -> bitmask of holding workers, plus the recent flips needed to
-answer "what did that region hold at time T"; numba kernels in ``_holder_kernels``), its
-readable reference ``HolderHistoryRef``. Must not read ``ctx.cluster`` or
-know any scheme's policy.
+answer "what did that region hold at time T"; numba kernels in ``_holder_kernels``; readable
+twin ``tests/naive_sim.py::HolderHistoryTwin``). Must not read ``ctx.cluster`` or know any
+scheme's policy.
 
 Why a history instead of one copy of the state per viewer: a baseline whose routers learn cache
 events over the WAN sees region r's caches as they were ``delay(o, r)`` ago, and that delay
@@ -18,8 +18,6 @@ is a plain XOR in reverse order.
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 from numpy.typing import NDArray
 
@@ -30,135 +28,11 @@ Cutoff = list[float] | NDArray[np.float64] | None
 """Per-region "as of" times (index = region); None reads the current state."""
 
 
-class HolderHistoryRef:
-    """Readable reference of ``HolderHistory`` (dicts of Python ints; the tests' twin)."""
-
-    __slots__ = ("_bits", "_cur", "_horizon", "_log", "_recent", "_region", "n_flips")
-
-    def __init__(self, worker_region: NDArray[np.int64], horizon_ms: float) -> None:
-        self._region: list[int] = [int(r) for r in worker_region]
-        self._bits: list[int] = [1 << w for w in range(len(self._region))]
-        self._horizon = float(horizon_ms)
-        self._cur: dict[int, int] = {}
-        # node -> [(t, worker), ...] flips in time order, only within the horizon; the log keeps
-        # each batch's flipped nodes so pruning touches only what expired.
-        self._recent: dict[int, list[tuple[float, int]]] = {}
-        self._log: deque[tuple[float, list[int]]] = deque()
-        self.n_flips = 0
-
-    def __len__(self) -> int:
-        return len(self._cur)
-
-    def apply(self, batch: CacheEventBatch) -> None:
-        """Apply one worker's stored/removed chunks at the batch's emission time."""
-        t = batch.at_ms
-        w = batch.worker
-        bit = self._bits[w]
-        cur = self._cur
-        get = cur.get
-        # Only real transitions count (a worker re-announcing a chunk changes nothing).
-        stored: list[int] = []
-        for n in batch.stored_nodes.tolist():
-            m = get(n, 0)
-            if not m & bit:
-                cur[n] = m | bit
-                stored.append(n)
-        removed: list[int] = []
-        clear = ~bit
-        for n in batch.removed_nodes.tolist():
-            m = get(n, 0)
-            if m & bit:
-                m &= clear
-                if m:
-                    cur[n] = m
-                else:
-                    del cur[n]
-                removed.append(n)
-        if self._horizon <= 0.0 or not (stored or removed):
-            return
-        self._prune(t)
-        flipped = stored + removed
-        self.n_flips += len(flipped)
-        entry = (t, w)
-        recent = self._recent
-        rget = recent.get
-        for n in flipped:
-            lst = rget(n)
-            if lst is None:
-                recent[n] = [entry]
-            else:
-                lst.append(entry)
-        self._log.append((t, flipped))
-
-    def _prune(self, now_ms: float) -> None:
-        oldest = now_ms - self._horizon
-        log, recent = self._log, self._recent
-        while log and log[0][0] < oldest:
-            # Batches leave in time order, so each node's oldest flip is this batch's own.
-            _, nodes = log.popleft()
-            for n in nodes:
-                lst = recent[n]
-                if len(lst) == 1:
-                    del recent[n]
-                else:
-                    del lst[0]
-
-    def mask(self, node: int, cutoff: list[float] | None) -> int:
-        """Holders of ``node``: now (``cutoff`` None) or as of ``cutoff[region]`` per holder."""
-        m = self._cur.get(node, 0)
-        if cutoff is None:
-            return m
-        lst = self._recent.get(node)
-        if lst:
-            # XOR undoes a flip whatever the order; cutoffs differ per region, so scan them all.
-            region, bits = self._region, self._bits
-            for t, w in lst:
-                if t > cutoff[region[w]]:
-                    m ^= bits[w]
-        return m
-
-    def match(
-        self,
-        nodes: NDArray[np.int64] | list[int],
-        allowed: int,
-        cutoff: list[float] | None,
-        out: NDArray[np.int64],
-    ) -> int:
-        """Write into ``out[w]`` how many leading chunks of ``nodes`` each allowed worker holds.
-
-        ``out`` must be zeroed by the caller (only workers with a match are written). Returns the
-        longest match in chunks. A worker's match stops at its first missing chunk (caches are
-        prefix-closed; a lone deeper chunk cannot be reused without its parents).
-        """
-        alive = allowed
-        depth = 0
-        get = self._cur.get
-        rget = self._recent.get
-        region, bits = self._region, self._bits
-        for node in nodes.tolist() if isinstance(nodes, np.ndarray) else nodes:
-            m = get(node, 0)
-            if cutoff is not None:
-                lst = rget(node)
-                if lst:
-                    for t, w in lst:
-                        if t > cutoff[region[w]]:
-                            m ^= bits[w]
-            m &= alive
-            if m != alive:
-                if depth:
-                    _write(alive & ~m, depth, out)
-                if not m:
-                    return depth
-                alive = m
-            depth += 1
-        _write(alive, depth, out)
-        return depth
-
-
 class HolderHistory:
     """Chunk id -> holder bitmask (bit w = worker w) with a flip log for stale reads (fast).
 
-    Same API and semantics as ``HolderHistoryRef``; state in flat arrays (``_holder_kernels``).
+    Same API and semantics as ``tests/naive_sim.py::HolderHistoryTwin``; state in flat arrays
+    (``_holder_kernels``).
     The table doubles when 60% full, after dropping entries nobody holds whose last flip is
     older than the horizon; the flip ring doubles before it would overwrite a flip inside it.
     """

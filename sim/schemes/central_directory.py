@@ -39,6 +39,7 @@ import heapq
 import numpy as np
 
 from kvcompass.router.config import RouterConfig
+from kvcompass.types import Tier
 from sim.schemes.base import InformationError, Route, Scheme, SchemeContext
 
 
@@ -96,7 +97,7 @@ class CentralDirectory(Scheme):
         m = matched.astype(np.float64)
         tq = self._queues.backlog_ms(now_ms) + np.maximum(pending, 0.0)
         lam = min(self.lambda_max, float(tq.min()) / self.tau)
-        reload = self.gamma * m * (tiers == 2)
+        reload = self.gamma * m * (tiers == Tier.DRAM)
         score = self.rtt_to[origin] + tq + (1.0 + lam) * self.beta * (prompt - m) + reload
         w = int(np.argmin(score))
         work = float(self.beta[w] * (prompt - m[w]) + reload[w])

@@ -86,7 +86,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from sim.schemes._holders import HolderHistory as FastHistory  # noqa: E402
-from sim.schemes._holders import HolderHistoryRef as HolderHistoryTwin  # noqa: E402
+from tests.naive import HolderHistoryTwin  # noqa: E402
 
 _EVENT = st.tuples(
     st.integers(0, 69),  # worker (two mask words when > 63)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from kvcompass.errors import InvalidInputError
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.levels import Levels
+from kvcompass.types import Tier
 from sim.cluster import kernels as k
 from sim.cluster.store import CacheStore
 from sim.engine.loop import EventLoop
@@ -75,8 +76,8 @@ def test_cache_kernels__match_the_python_twin(
         chunks = paths[p]
         change = naive.ChunkChange()
         if place:
-            held_twin = twins[w].place(chunks, step, k.DRAM, change)
-            held, _, n = store.serve(w, np.array(chunks, dtype=np.int64), step, k.DRAM, False)
+            held_twin = twins[w].place(chunks, step, Tier.DRAM, change)
+            held, _, n = store.serve(w, np.array(chunks, dtype=np.int64), step, Tier.DRAM, False)
             assert held == held_twin
         else:
             got_twin = twins[w].serve(chunks, step, change)

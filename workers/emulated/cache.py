@@ -2,7 +2,9 @@
 
 Owns which pages the emulated engine holds and where, the eviction policy (LRU or LFU), the
 engine block hashes, and the KV events each change produces (``workers.protocol`` normal form,
-published by ``publisher``). Must not: sleep, publish, or know HTTP.
+published by ``publisher``). Must not: sleep, publish, or know HTTP. Not the simulator's cache
+model (``sim.cluster.store``, chunk ids for every worker in flat arrays, no tokens or events):
+its docstring names the differences.
 
 Model (what SGLang's radix cache + HiCache do, reduced to what the events show):
 - A node is one full page (``page_size`` tokens); partial tail pages are never cached.

@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
@@ -206,6 +207,9 @@ def test_metrics__prometheus_text_with_decisions_and_beliefs(rig: Rig) -> None:
     rig.run(_post(rig.client, "/generate", json.dumps({"text": "hi"}).encode(), "mt-1"))
     r = rig.run(rig.client.get("/metrics"))
     text = rig.run(r.text())
-    assert r.status == 200
-    assert "kvc_edge_decisions_total" in text and 'kvc_edge_belief{worker="1"}' in text
-    assert "kvc_edge_queue_staleness_ms" in text and "kvc_edge_view_staleness_ms" in text
+    assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    got = {(s.name, tuple(s.labels.items())) for f in text_string_to_metric_families(text)
+           for s in f.samples}  # fmt: skip
+    assert ("kvc_edge_decisions_total", ()) in got
+    assert ("kvc_edge_belief", (("worker", "1"),)) in got
+    assert {n for n, _ in got} >= {"kvc_edge_queue_staleness_ms", "kvc_edge_view_staleness_ms"}
