@@ -40,6 +40,7 @@ from kvcompass.deployment import Deployment, Region
 from kvcompass.keys import KeyNamespace, prompt_key
 from pipeline.codec import AvroCodec
 from pipeline.config import PipelineConfig
+from pipeline.producer import KafkaProducer
 from pipeline.registry import InProcessRegistry
 from pipeline.topics import ensure_topics
 from workers.bridge import RankBridge
@@ -47,7 +48,6 @@ from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker, kv_events_fields
 from workers.sidecar import kv_emitter, make_bridges, parse_server_info
-from workers.sink import KafkaSink
 
 _spec = importlib.util.spec_from_file_location("engines", Path(__file__).with_name("engines.py"))
 assert _spec is not None and _spec.loader is not None
@@ -73,6 +73,19 @@ def _free_port_pair() -> int:
             s2.bind(("127.0.0.1", p - 1))
             return p - 1
     raise RuntimeError("no free port pair")
+
+
+def _wait_bindable(port: int) -> None:
+    for _ in range(200):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZMQ binds
+            try:
+                s.bind(("127.0.0.1", port))
+                return
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise RuntimeError(f"port {port} stayed in use")
 
 
 class FaultyPub:
@@ -135,8 +148,8 @@ def _holdings(records: list[dict[str, Any]]) -> dict[int, str]:
 
 async def _bridge(
     bridge: RankBridge, bootstrap: str, topic: str, pub: str, replay: str
-) -> tuple[asyncio.Task[None], KafkaSink, zmq.asyncio.Context]:
-    sink = KafkaSink(bootstrap)
+) -> tuple[asyncio.Task[None], KafkaProducer, zmq.asyncio.Context]:
+    sink = KafkaProducer(bootstrap)
     emit = kv_emitter(sink, AvroCodec(InProcessRegistry()), topic, bridge.worker_id)
     ctx = zmq.asyncio.Context()
     ready = asyncio.Event()
@@ -153,7 +166,7 @@ async def _until(cond: Any) -> None:
         await asyncio.sleep(0.025)
 
 
-async def _stop(task: asyncio.Task[None], sink: KafkaSink, ctx: zmq.asyncio.Context) -> None:
+async def _stop(task: asyncio.Task[None], sink: KafkaProducer, ctx: zmq.asyncio.Context) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
@@ -178,6 +191,10 @@ async def _sglang_run(e: Any, bootstrap: str, topic: str) -> tuple[RankBridge, l
     assert rep_ep is not None
 
     def publisher() -> Any:
+        # A restarted publisher rebinds the ports its predecessor just closed; ZMQ releases a
+        # closed socket's port in its I/O thread, a moment later.
+        for port in (base + 1, rbase + 1):
+            _wait_bindable(port)
         return kv.ZmqEventPublisher(1, f"tcp://127.0.0.1:{base}", f"tcp://127.0.0.1:{rbase}",
                                     topic="kv", bind=True)  # fmt: skip
 
