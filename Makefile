@@ -3,10 +3,16 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,cli,sim,pipeline,edge,workers,infra,torch
+EXTRAS ?= dev,cli,sim,pipeline,edge,workers,infra,torch,conformance
 STAMP := $(VENV)/.installed
+# The engines' own KV-event code for the conformance tests (tests/integration/engines.py): the
+# pinned wheels WITHOUT their dependencies (torch, CUDA...; pip extras cannot say --no-deps), in
+# a cache directory outside the virtualenv, so no half-installed sglang/vllm is importable there.
+ENGINES := sglang==0.5.23 vllm==0.33.0
+KVCOMPASS_CACHE ?= $(HOME)/.cache/kvcompass
+ENGINES_DIR ?= $(KVCOMPASS_CACHE)/engines/sglang-0.5.23_vllm-0.33.0
 
-.PHONY: demo demo-faults test lint typecheck unit bench clean clean-numba venv
+.PHONY: demo demo-faults test lint typecheck unit bench clean clean-numba venv engines
 
 venv: $(STAMP)
 
@@ -15,6 +21,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
+
+engines: $(ENGINES_DIR)/.installed
+
+$(ENGINES_DIR)/.installed: | $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps --no-compile --upgrade --target $(ENGINES_DIR) $(ENGINES)
+	touch $@
 
 demo: $(STAMP)
 	$(BIN)/python -m kvcompass demo
@@ -29,8 +41,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy kvcompass
 
-test: lint typecheck
-	$(BIN)/python -m pytest -q
+test: lint typecheck engines
+	KVCOMPASS_ENGINES_DIR=$(ENGINES_DIR) $(BIN)/python -m pytest -q
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

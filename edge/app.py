@@ -149,6 +149,7 @@ def assemble(
             if w not in routes and r != origin:
                 delay = float(wan[origin, r]) * config.wan_delay_scale / 1000.0
                 routes[w] = Route(w, url, True, delay)
+    service.restrict_to(routes)  # a partial [workers] map: score only what can be reached
     forwarder = Forwarder(
         routes, pool_size=config.pool_size_per_worker,
         connect_timeout_ms=config.connect_timeout_ms,

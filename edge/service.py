@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,13 +123,21 @@ class EdgeService:
         m.inc("matched_tokens_total", decision.claimed_tokens)
         return ex
 
+    def restrict_to(self, routable: Iterable[int]) -> None:
+        """Score only the workers this edge has a route to (a partial ``[workers]`` map): the
+        others never win, so a 503 means that no worker can be reached at all."""
+        keep = set(routable)
+        self.router.set_unroutable(w for w in range(self.deployment.n_workers) if w not in keep)
+
     def candidates(self, ex: Explained, reachable: Callable[[int], bool]) -> list[int]:
-        """The policy's choice, then its next candidates, that can be reached."""
-        seen: list[int] = []
-        for w in ex.order:
-            if w not in seen and reachable(w):
-                seen.append(w)
-        return seen
+        """The policy's choice, then its next candidates, that can be reached; then KVCompass's
+        own ranking (routable first, ``restrict_to``) when a baseline named none reachable."""
+        d = ex.decision
+        for order in (ex.order, [d.worker, *d.top_workers.tolist()]):
+            seen = list(dict.fromkeys(w for w in order if reachable(w)))
+            if seen:
+                return seen
+        return []
 
     def claimed_at(self, ex: Explained, worker: int) -> int:
         """The match the edge counts on at ``worker`` (the policy's own for its choice)."""

@@ -16,6 +16,7 @@ It takes plain arrays and imports the deployment and level modules for annotatio
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +47,7 @@ class Router:
         "_scores",
         "_state",
         "_top_k",
+        "_wan",
         "belief",
         "config",
         "hot_prefixes",
@@ -84,6 +86,7 @@ class Router:
         state = np.zeros((sc.N_STATE_ROWS, n_workers), np.float64)
         state[sc.ROW_BETA] = beta
         state[sc.ROW_WAN] = np.where(local, 0.0, rtt[origin, wr])
+        self._wan = state[sc.ROW_WAN].copy()
         state[sc.ROW_N1] = n1[origin, wr]
         state[sc.ROW_LOCAL] = local
         self._state = state
@@ -224,6 +227,19 @@ class Router:
     def set_local_queues(self, queue_ms: NDArray[np.float64] | list[float], now_ms: float) -> None:
         """Live queue readings of the local workers (``queue_view.local_workers`` order)."""
         self.queue_view.set_local(np.asarray(queue_ms, np.float64), now_ms)
+
+    def set_unroutable(self, workers: Iterable[int]) -> None:
+        """Workers the caller cannot forward to (an edge with no URL for them): their WAN term
+        becomes +inf, so one never wins or outranks a routable worker in the top k while any
+        routable worker exists. Replaces the previous set; their loads still enter λ."""
+        out = np.zeros(self.n_workers, dtype=bool)
+        for w in workers:
+            if not 0 <= w < self.n_workers:
+                raise InvalidInputError(
+                    f"unroutable worker: expected an id in 0..{self.n_workers - 1}, got {w}"
+                )
+            out[w] = True
+        self._state[sc.ROW_WAN] = np.where(out, np.inf, self._wan)
 
     @property
     def gamma_ms_per_token(self) -> float:

@@ -86,8 +86,9 @@ class Cluster:
             "region": region, "model": MODEL, "wan_delay_scale": WAN_SCALE,
             "loads_poll_period_ms": 0.0, "max_context_tokens": 32_768,
         }  # fmt: skip
+        only = overrides.pop("only_workers", None)  # a partial [workers] map
         values.update(overrides)
-        workers = {str(w): u for w, u in self.urls.items()}
+        workers = {str(w): u for w, u in self.urls.items() if only is None or w in only}
         peers = values.pop("peers", None)
         cfg = EdgeConfig.from_mapping(values, workers, peers)
         sink = MemoryProducer()

@@ -256,3 +256,16 @@ def test_index_claims_what_the_worker_lacks__false_hit_counted_and_belief_lowere
             assert values["kvc_edge_false_hits_total"] == 1.0
 
     run(scenario())
+
+
+def test_partial_worker_map__routable_worker_serves_not_503() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us", only_workers=[3])  # asia only, no peers
+            tokens = ec.prompt(3000, seed=21)
+            c.register(0, tokens)  # the best holder has no URL at this edge
+            await _generate(client, tokens, "r-partial")
+            ex = await _explain(client, "r-partial")
+            assert ex["winner"] == 3 and ex["served_by"] == 3
+
+    run(scenario())

@@ -165,3 +165,17 @@ def test_stale_remote_estimate__decays_geometrically_with_refreshes(
         router.on_broadcast(2, [8, 9], [fresh, fresh], now_ms=100.0 * (i + 1))
     err = router.queue_view.queue_ms[8] - fresh
     assert abs(err) == pytest.approx(abs(stale - fresh) * 0.5**n, abs=1e-9)
+
+
+def test_unroutable_workers_never_win__while_a_routable_one_exists() -> None:
+    router = build_router()
+    matched, tiers = request({4: 2048})
+    assert router.choose(PROMPT, matched, tiers, now_ms=0.0).worker == 4
+    router.set_unroutable([w for w in range(W) if w != 9])
+    d = router.choose(PROMPT, matched, tiers, now_ms=1.0)
+    assert d.worker == 9 and d.top_workers.tolist()[0] == 9
+    router.set_unroutable([])  # replaced, not added to
+    assert router.choose(PROMPT, matched, tiers, now_ms=2.0).worker == 4
+    assert router.state_view()[sc.ROW_WAN].tolist() == [0.0] * 4 + [80.0] * 4 + [200.0] * 2
+    with pytest.raises(InvalidInputError, match="unroutable worker"):
+        router.set_unroutable([W])
