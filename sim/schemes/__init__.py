@@ -26,7 +26,8 @@ _ENTRIES: dict[str, str] = {
     "consistent_hash": "sim.schemes.consistent_hash:ConsistentHash",
     "chord": "sim.schemes.chord:Chord",
     "planetserve": "sim.schemes.planetserve:PlanetServe",
-    "central_directory_ideal": "sim.schemes.central_directory:CentralDirectory",
+    "central_directory": "sim.schemes.central_directory:CentralDirectory",
+    "central_directory_ideal": "sim.schemes.central_directory_ideal:CentralDirectoryIdeal",
     "skywalker": "sim.schemes.skywalker:SkyWalker",
     "dynamo": "sim.schemes.dynamo:Dynamo",
 }
@@ -35,6 +36,7 @@ ALL: tuple[str, ...] = (
     "consistent_hash",
     "chord",
     "planetserve",
+    "central_directory",
     "skywalker",
     "dynamo",
     "kvcompass",

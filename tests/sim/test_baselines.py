@@ -9,7 +9,7 @@ from kvcompass.deployment import builtin_deployment
 from kvcompass.mix import mix64
 from sim.schemes._holders import HolderHistory
 from sim.schemes.base import CacheEventBatch
-from sim.schemes.central_directory import CentralDirectory
+from sim.schemes.central_directory_ideal import CentralDirectoryIdeal as CentralDirectory
 from sim.schemes.chord import Chord
 from sim.schemes.consistent_hash import ConsistentHash
 from sim.schemes.dynamo import Dynamo
@@ -120,7 +120,7 @@ def test_central_directory_pays_one_round_trip__to_the_directory_region() -> Non
     for o in (0, 1, 2, 1):
         ctx.requests.add([1, 2, 3], origin=o)
     cd = CentralDirectory(ctx)
-    assert cd.directory == 0  # region a is 100 ms from both others; b and c are 200 apart
+    assert cd.place.region == 0  # region a is 100 ms from both others; b and c are 200 apart
     for req in range(4):
         o = int(ctx.requests.origin[req])
         assert cd.route(req, 0.0).lookup_ms == pytest.approx(2 * ctx.network.one_way_ms(o, 0))

@@ -1,0 +1,60 @@
+"""Baselines as their authors describe them (issue 14 item 2): each behaviour that could fail.
+
+Central Directory (delayed views and its in-flight count), the hash rings' placement, Dynamo's
+continuous in-region events, SkyWalker's late binding and the Oracle pair, on the fake context
+of ``tests/sim/baseline_fakes.py``.
+"""
+
+from __future__ import annotations
+
+from sim.schemes.central_directory import CentralDirectory
+from tests.sim.baseline_fakes import FakeContext, store, three_regions
+
+LONG = list(range(1, 129))  # 128 chunks of 64 tokens: 8192 tokens, 819 ms of prefill at β 0.1
+
+
+# -- Central Directory ----------------------------------------------------------------------------
+
+
+def test_central_directory__learns_a_remote_holder_one_way_late() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    cd = CentralDirectory(ctx)
+    assert cd.place.region == 0
+    warm = ctx.requests.add(LONG, origin=1)
+    store(cd, ctx, 4, warm, 10.0)  # worker 4 (region b, 100 ms from the directory) holds it
+    probe = ctx.requests.add([*LONG, 999], origin=0)
+    before = cd.route(probe, 105.0)  # the event reaches the directory at 110 ms
+    assert before.claimed_tokens == 0 and before.worker != 4
+    after = cd.route(probe, 111.0)
+    assert (after.worker, after.claimed_tokens) == (4, 8192)
+
+
+def test_central_directory__queue_state_only_from_reports() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    cd = CentralDirectory(ctx)
+    warm = ctx.requests.add(LONG, origin=0)
+    store(cd, ctx, 2, warm, 0.0)
+    cd.start()
+    ctx.loads.start()
+    ctx.loop.run_until(5.0)  # the poll taken at 0.5 ms (everyone idle) has reached the directory
+    ctx.cluster.backlog[2] = 5000.0  # worker 2 becomes busy after that poll
+    probe = ctx.requests.add([*LONG, 7], origin=0)
+    assert cd.route(probe, 50.0).worker == 2  # the directory cannot know yet
+    # Next poll: leaves at 101 ms, answered at 101.5, at the edge at 102, the directory 102.5;
+    # a query leaving the edge at t is decided at the directory at t + 0.5.
+    ctx.loop.run_until(101.9)
+    assert cd.route(ctx.requests.add([*LONG, 8], origin=0), 101.9).worker == 2
+    ctx.loop.run_until(102.0)
+    assert cd.route(ctx.requests.add([*LONG, 9], origin=0), 102.0).worker != 2
+
+
+def test_central_directory__counts_its_own_forwards_until_a_report_includes_them() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    cd = CentralDirectory(ctx)
+    cd.start()
+    ctx.loop.run_until(0.0)
+    burst = [ctx.requests.add([500 + i, 600 + i, 700 + i], origin=0) for i in range(4)]
+    picks = [cd.route(r, 1.0).worker for r in burst]
+    # Cold prompts, idle reports: only the directory's count of its forwards spreads them.
+    assert len(set(picks)) == 4
+    assert all(int(ctx.cluster.worker_region[w]) == 0 for w in picks)
