@@ -8,7 +8,9 @@ of ``tests/sim/baseline_fakes.py``.
 from __future__ import annotations
 
 from sim.schemes.central_directory import CentralDirectory
-from tests.sim.baseline_fakes import FakeContext, store, three_regions
+from sim.schemes.chord import Chord
+from sim.schemes.consistent_hash import ConsistentHash
+from tests.sim.baseline_fakes import FakeContext, respond, store, three_regions
 
 LONG = list(range(1, 129))  # 128 chunks of 64 tokens: 8192 tokens, 819 ms of prefill at β 0.1
 
@@ -58,3 +60,40 @@ def test_central_directory__counts_its_own_forwards_until_a_report_includes_them
     # Cold prompts, idle reports: only the directory's count of its forwards spreads them.
     assert len(set(picks)) == 4
     assert all(int(ctx.cluster.worker_region[w]) == 0 for w in picks)
+
+
+# -- consistent hashing / Chord -------------------------------------------------------------------
+
+
+def test_hash_rings__a_miss_lands_at_its_deepest_ring_and_that_ring_hits_later() -> None:
+    ctx = FakeContext(three_regions())
+    ch = ConsistentHash(ctx)
+    short = ctx.requests.add([1, 2, 3, 4], origin=0)  # 256 tokens: levels 128 and 256
+    owner1 = ch.owner(1, int(ctx.requests.nodes_of(short)[ch.level_depth[1]]))
+    miss = ch.route(short, 0.0)
+    assert (miss.worker, miss.extra["level"]) == (owner1, -1.0)
+    store(ch, ctx, owner1, short, 0.0)
+    longer = ctx.requests.add([1, 2, 3, 4, 50, 51, 52, 53], origin=0)  # adds level 512
+    hit = ch.route(longer, 1000.0)
+    assert (hit.worker, hit.claimed_tokens, hit.extra["level"]) == (owner1, 256, 1.0)
+
+
+def test_hash_rings__levels_on_the_chunk_grid__every_ring_can_hit() -> None:
+    ctx = FakeContext(three_regions())
+    ctx.cluster.chunk_tokens = 512
+    ch = ConsistentHash(ctx)
+    assert ch.level_tokens == [512, 1024, 2048, 4096, 8192, 16384]
+    assert ch.level_depth == [0, 1, 3, 7, 15, 31]
+    chord = Chord(ctx)
+    assert chord.level_tokens == ch.level_tokens
+
+
+def test_hash_rings__short_prompt_stays_local_on_the_least_busy_worker() -> None:
+    ctx = FakeContext(three_regions(workers=(4, 2, 2)))
+    ch = ConsistentHash(ctx)
+    tiny = [ctx.requests.add([900 + i], origin=0) for i in range(4)]  # 64 tokens: no ring key
+    picks = [ch.route(r, 0.0).worker for r in tiny]
+    assert sorted(picks) == [0, 1, 2, 3]  # one each: the edge counts its own forwards
+    respond(ch, ctx, tiny[0], picks[0], 10.0)
+    again = ctx.requests.add([999], origin=0)
+    assert ch.route(again, 11.0).worker == picks[0]
