@@ -16,6 +16,7 @@ from sim.schemes.base import Scheme
 # name -> "module:Class"; imported lazily so a missing baseline never breaks the others' import.
 _ENTRIES: dict[str, str] = {
     "oracle": "sim.schemes.oracle:Oracle",
+    "oracle_ideal": "sim.schemes.oracle_ideal:OracleIdeal",
     "kvcompass": "sim.schemes.kvcompass:KVCompass",
     "kvcompass_no_load_aware": "sim.schemes.kvcompass:NoLoadAware",
     "kvcompass_no_xregion_reuse": "sim.schemes.kvcompass:NoXRegionReuse",

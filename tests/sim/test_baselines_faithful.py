@@ -10,6 +10,8 @@ from __future__ import annotations
 from sim.schemes.central_directory import CentralDirectory
 from sim.schemes.chord import Chord
 from sim.schemes.consistent_hash import ConsistentHash
+from sim.schemes.oracle import Oracle
+from sim.schemes.oracle_ideal import OracleIdeal
 from tests.sim.baseline_fakes import FakeContext, respond, store, three_regions
 
 LONG = list(range(1, 129))  # 128 chunks of 64 tokens: 8192 tokens, 819 ms of prefill at β 0.1
@@ -97,3 +99,27 @@ def test_hash_rings__short_prompt_stays_local_on_the_least_busy_worker() -> None
     respond(ch, ctx, tiny[0], picks[0], 10.0)
     again = ctx.requests.add([999], origin=0)
     assert ch.route(again, 11.0).worker == picks[0]
+
+
+# -- Oracle pair ----------------------------------------------------------------------------------
+
+
+def test_oracle_ideal__lowest_predicted_ttft_with_exact_state() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    oi = OracleIdeal(ctx)  # type: ignore[arg-type]
+    req = ctx.requests.add(LONG, origin=0)
+    ctx.cluster.held[4].update(ctx.requests.nodes_of(req).tolist())  # remote holder, region b
+    route = oi.route(req, 0.0)  # 819 ms of prefill saved > 200 ms round trip
+    assert (route.worker, route.claimed_tokens, route.lookup_ms) == (4, 8192, 0.0)
+    ctx.cluster.backlog[4] = 1000.0  # now the saving no longer pays for its queue
+    assert oi.route(ctx.requests.add(LONG, origin=0), 1.0).worker != 4
+
+
+def test_oracle__least_loaded_ignores_the_cache() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    req = ctx.requests.add(LONG, origin=0)
+    oracle = Oracle(ctx)  # type: ignore[arg-type]
+    ctx.cluster.held[1].update(ctx.requests.nodes_of(req).tolist())
+    ctx.cluster.backlog[:] = 5.0
+    ctx.cluster.backlog[3] = 0.0
+    assert oracle.route(req, 0.0).worker == 3  # the least loaded, not the holder
