@@ -44,7 +44,7 @@ ALL: tuple[str, ...] = (
     "oracle",
 )
 
-IDEAL: tuple[str, ...] = ("central_directory_ideal",)
+IDEAL: tuple[str, ...] = ("central_directory_ideal", "oracle_ideal")
 """References with exact live state (``*_ideal``): shown apart, never counted as wins."""
 
 ABLATIONS: tuple[str, ...] = (

@@ -11,7 +11,8 @@ with the lowest predicted TTFT under the simulator's own cost model (``sim/READM
 (no lookup term: it pays none). It still decides greedily, one request at a time, and does not
 see the cache effect of requests it sent that have not reached their worker, so it bounds what
 exact knowledge buys a greedy router, not the optimum. Named ``*_ideal``: shown apart, never
-counted as a win. Reads ``ctx.cluster`` live (allowed for ``*_ideal`` references only).
+counted as a win. Declares ``exact_cache`` and ``exact_queues`` (allowed for ``*_ideal``
+references only, ``sim.schemes.base``).
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from sim.schemes.base import Route, Scheme, SchemeContext
+from sim.schemes.base import InformationError, Route, Scheme, SchemeContext
 
 
 class OracleIdeal(Scheme):
     """argmin over all workers of the exactly predicted TTFT."""
 
     name: ClassVar[str] = "oracle_ideal"
+    exact_cache: ClassVar[bool] = True
+    exact_queues: ClassVar[bool] = True
 
     def __init__(self, ctx: SchemeContext) -> None:
         super().__init__(ctx)
@@ -39,6 +42,9 @@ class OracleIdeal(Scheme):
         self._gamma = float(ctx.cost.reload_ms_per_token)
         self._inflight = np.zeros(int(ctx.cluster.n_workers), dtype=np.float64)
         self._arrivals: list[tuple[float, int, float]] = []
+        if ctx.exact_cache is None or ctx.exact_queues is None:
+            raise InformationError(f"{self.name}: the engine gave no exact state")
+        self._cache, self._queues = ctx.exact_cache, ctx.exact_queues
 
     def route(self, req: int, now_ms: float) -> Route:
         arrivals, inflight = self._arrivals, self._inflight
@@ -48,11 +54,11 @@ class OracleIdeal(Scheme):
         rq = self.ctx.requests
         o = int(rq.origin[req])
         prompt = int(rq.prompt_len[req])
-        matched, tiers = self.ctx.cluster.match_all(req)
+        matched, tiers = self._cache.match_all(req)
         m = matched.astype(np.float64)
         out = self._out[o]
         work = self._beta * (prompt - m) + self._gamma * m * (tiers == 2)
-        wait = np.maximum(self.ctx.cluster.backlog_ms(now_ms) + inflight - out, 0.0)
+        wait = np.maximum(self._queues.backlog_ms(now_ms) + inflight - out, 0.0)
         ttft = out + wait + work + self._back[o]
         w = int(np.argmin(ttft))
         inflight[w] += float(work[w])

@@ -105,8 +105,8 @@ def test_hash_rings__short_prompt_stays_local_on_the_least_busy_worker() -> None
 
 
 def test_oracle_ideal__lowest_predicted_ttft_with_exact_state() -> None:
-    ctx = FakeContext(three_regions(wan=100.0))
-    oi = OracleIdeal(ctx)  # type: ignore[arg-type]
+    ctx = FakeContext(three_regions(wan=100.0), exact=True)
+    oi = OracleIdeal(ctx)
     req = ctx.requests.add(LONG, origin=0)
     ctx.cluster.held[4].update(ctx.requests.nodes_of(req).tolist())  # remote holder, region b
     route = oi.route(req, 0.0)  # 819 ms of prefill saved > 200 ms round trip
@@ -116,9 +116,9 @@ def test_oracle_ideal__lowest_predicted_ttft_with_exact_state() -> None:
 
 
 def test_oracle__least_loaded_ignores_the_cache() -> None:
-    ctx = FakeContext(three_regions(wan=100.0))
+    ctx = FakeContext(three_regions(wan=100.0), exact=True)
     req = ctx.requests.add(LONG, origin=0)
-    oracle = Oracle(ctx)  # type: ignore[arg-type]
+    oracle = Oracle(ctx)
     ctx.cluster.held[1].update(ctx.requests.nodes_of(req).tolist())
     ctx.cluster.backlog[:] = 5.0
     ctx.cluster.backlog[3] = 0.0
