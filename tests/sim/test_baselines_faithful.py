@@ -10,6 +10,7 @@ from __future__ import annotations
 from sim.schemes.central_directory import CentralDirectory
 from sim.schemes.chord import Chord
 from sim.schemes.consistent_hash import ConsistentHash
+from sim.schemes.dynamo import Dynamo
 from sim.schemes.oracle import Oracle
 from sim.schemes.oracle_ideal import OracleIdeal
 from tests.sim.baseline_fakes import FakeContext, respond, store, three_regions
@@ -123,3 +124,28 @@ def test_oracle__least_loaded_ignores_the_cache() -> None:
     ctx.cluster.backlog[:] = 5.0
     ctx.cluster.backlog[3] = 0.0
     assert oracle.route(req, 0.0).worker == 3  # the least loaded, not the holder
+
+
+# -- Dynamo ---------------------------------------------------------------------------------------
+
+
+def test_dynamo__in_region_events_count_after_one_hop_without_a_broadcast() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    dy = Dynamo(ctx)  # type: ignore[arg-type]  # start() never called: no broadcast at all
+    warm = ctx.requests.add([1, 2, 3, 4], origin=0)
+    store(dy, ctx, 2, warm, 10.0)
+    hop = ctx.network.one_way_ms(0, 0)
+    probe = ctx.requests.add([1, 2, 3, 4, 5], origin=0)
+    assert dy.route(probe, 10.0 + hop / 2).claimed_tokens == 0
+    late = dy.route(ctx.requests.add([1, 2, 3, 4, 6], origin=0), 10.0 + hop)
+    assert (late.worker, late.claimed_tokens) == (2, 256)
+
+
+def test_dynamo__decode_blocks_do_not_move_a_request_the_cost_model_would_not() -> None:
+    ctx = FakeContext(three_regions(wan=100.0, workers=(2, 1, 1)))
+    dy = Dynamo(ctx)  # type: ignore[arg-type]
+    warm = ctx.requests.add([1, 2, 3, 4], origin=0)
+    store(dy, ctx, 1, warm, 0.0)
+    dy.own_decode[0, 1] = 1000.0  # long streams on worker 1: decode never delays a prefill
+    req = ctx.requests.add([1, 2, 3, 4, 5], origin=0)
+    assert dy.route(req, 1.0).worker == 1
