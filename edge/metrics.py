@@ -56,7 +56,7 @@ HELP: dict[str, str] = {
     "in_flight": "requests being served",
     "client_disconnect_total": "clients that went away before their response was complete",
     "connections_refused_total": "connections refused at the concurrent-connection cap",
-    "cache_unknown_total": "times a worker's cache became unknown (its sidecar degraded), by worker",
+    "cache_unknown_total": "times a worker's cache became unknown (sidecar degraded), by worker",
     "cache_unknown": "1 while a worker's cache is unknown (degraded sidecar), by worker",
 }
 """Help text per metric name (without prefix); a name missing here gets a generic one."""

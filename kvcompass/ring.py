@@ -110,7 +110,11 @@ def place(owners: Sequence[int], held: Sequence[bool]) -> tuple[int, int]:
 
     ``held[j]``: the designated owner of level ``j`` is known to hold that prefix. The request
     goes to the owner of its deepest held level (the longest reuse hash placement can find);
-    with none held, to the owner of its first level, the family head (level -1 is returned).
+    with none held, to the owner of its deepest level (level -1 is returned): the prefix the
+    request names materialises where its own ring designates it, so every ring, not only the
+    first, comes to hold prefixes at their owners (sending every miss to the first level's owner
+    made six rings act as one keyed on the first level, and concentrated whole families on it:
+    on Mixed at 0.8 λ0 that rule had a 1.9× higher P99 TTFT, see sim/schemes/BASELINES.md).
     ``owners`` must not be empty.
     """
     if not owners or len(held) != len(owners):
@@ -120,4 +124,4 @@ def place(owners: Sequence[int], held: Sequence[bool]) -> tuple[int, int]:
     for j in range(len(owners) - 1, -1, -1):
         if held[j]:
             return int(owners[j]), j
-    return int(owners[0]), -1
+    return int(owners[-1]), -1

@@ -16,6 +16,7 @@ from sim.schemes.base import Scheme
 # name -> "module:Class"; imported lazily so a missing baseline never breaks the others' import.
 _ENTRIES: dict[str, str] = {
     "oracle": "sim.schemes.oracle:Oracle",
+    "oracle_ideal": "sim.schemes.oracle_ideal:OracleIdeal",
     "kvcompass": "sim.schemes.kvcompass:KVCompass",
     "kvcompass_no_load_aware": "sim.schemes.kvcompass:NoLoadAware",
     "kvcompass_no_xregion_reuse": "sim.schemes.kvcompass:NoXRegionReuse",
@@ -26,7 +27,8 @@ _ENTRIES: dict[str, str] = {
     "consistent_hash": "sim.schemes.consistent_hash:ConsistentHash",
     "chord": "sim.schemes.chord:Chord",
     "planetserve": "sim.schemes.planetserve:PlanetServe",
-    "central_directory_ideal": "sim.schemes.central_directory:CentralDirectory",
+    "central_directory": "sim.schemes.central_directory:CentralDirectory",
+    "central_directory_ideal": "sim.schemes.central_directory_ideal:CentralDirectoryIdeal",
     "skywalker": "sim.schemes.skywalker:SkyWalker",
     "dynamo": "sim.schemes.dynamo:Dynamo",
 }
@@ -35,13 +37,14 @@ ALL: tuple[str, ...] = (
     "consistent_hash",
     "chord",
     "planetserve",
+    "central_directory",
     "skywalker",
     "dynamo",
     "kvcompass",
     "oracle",
 )
 
-IDEAL: tuple[str, ...] = ("central_directory_ideal",)
+IDEAL: tuple[str, ...] = ("central_directory_ideal", "oracle_ideal")
 """References with exact live state (``*_ideal``): shown apart, never counted as wins."""
 
 ABLATIONS: tuple[str, ...] = (

@@ -1,57 +1,61 @@
-"""Central directory: exact global KV state in one region, one WAN round trip per lookup (§5.1 #4).
+"""Central directory: global KV state in one region, one WAN round trip per request (§5.1 #4).
 
-What the original design does: a single coordinator keeps the global map prefix -> holders (and
-the workers' load); every edge asks it where to send each request and forwards there. Its
-strength is exact, global state; its cost is that every request pays a wide-area round trip to
-the coordinator before it is forwarded (paper §1, §5.2: "pays a WAN round trip to a single
-coordinator per request, increasing TTFT").
+What the original design does: a single coordinator keeps the global map prefix -> holders and
+the workers' load; every edge asks it where to send each request and forwards there (paper §1:
+"each query pays a wide-area round trip that adds directly to TTFT"; §5.2: "pays a WAN round
+trip to a single coordinator per request"). Its strength is one global view; its costs are the
+round trip and that the view is as old as the reports that built it.
 
 What we model (its best configuration):
 
-* Placement of the directory: the region with the smallest demand-weighted mean one-way latency
-  from the origins (an operator places its coordinator where its users are; the demand mix is
-  the run's origin distribution, known at deployment time), ties to the region with more
-  workers; computed once from the static matrix.
-* Lookup: ``Route.lookup_ms`` = 2 x ``network.one_way_ms(origin, directory)`` (an in-region
-  origin pays the in-region hop twice).
-* State: exact and live (``ctx.cluster``, allowed by the honesty rules for exact-global-state
-  designs): every worker's true matched prefix and tier (``match_all``) and queued prefill
-  (``backlog_ms``), read when the request reaches the edge (the directory decides half a round
-  trip later; that small optimism is in its favour). The directory also knows what it itself
-  assigned: work forwarded but not yet arrived at its worker (in flight over the WAN) is added to
-  that worker's queue until the predicted arrival, so a burst does not pile onto one idle worker.
-* Choice: the same joint score KVCompass uses (paper §3.4), with exact inputs (belief 1)::
+* Placement: the region with the smallest demand-weighted mean one-way latency from the origins
+  (an operator places its coordinator where its users are; the demand mix is the run's origin
+  distribution, known at deployment time), ties to the region with more workers.
+* Lookup: ``Route.lookup_ms`` = 2 x ``one_way(origin, directory)`` (edge -> directory -> edge).
+  The paper states no per-lookup service time, so none is charged. The directory decides when
+  the query reaches it, ``t_d = now + one_way(origin, directory)``.
+* Cache state: the workers' cache events (``CacheEventBatch`` chunks stored / evicted), each
+  reaching the directory ``one_way(worker region, directory)`` after emission (``HolderHistory``
+  read as of ``t_d − one_way(r, d)`` per holder region r). Events carry no tier the directory
+  keeps, so a held prefix is scored as VRAM (the DRAM reload γ is 6% of β: small).
+* Queue state: each region's load poll (``ctx.loads``: the workers' backlogs every Δ = 100 ms,
+  the readings KVCompass's queue vectors are built from) is forwarded to the directory as it
+  completes and arrives one jittered one-way WAN later (``network.sample_ms``; report loss is
+  not modelled, in the directory's favour). At ``t_d`` the directory uses, per region, the
+  newest report that has arrived, drained by the time since it was taken.
+* In flight: the directory makes every routing decision, so it counts every forward it made:
+  the predicted prefill work ``β·(L − m)`` of each forward stays on its worker until a report
+  taken after the forward's arrival at the worker includes it. This is what stops a burst from
+  piling onto the one worker that looked idle in the last report.
+* Choice: the same joint score KVCompass uses (paper §3.4), belief 1::
 
-      score(r) = RTT(o, r) + Tq(r) + (1 + λ)·β_r·(L − m_r) + γ·m_r·[t_r = DRAM]
-      λ = min(λ_max, min_r Tq(r) / τ)
+      score(r) = RTT(o, r) + Tq(r) + (1 + λ)·β_r·(L − m_r),   λ = min(λ_max, min_r Tq(r) / τ)
 
-  with γ, τ and λ_max from ``kvcompass.router.RouterConfig`` defaults (the paper's values), so
-  the only difference from KVCompass is where the state lives and how fresh it is.
+  with τ and λ_max from ``kvcompass.router.RouterConfig`` (the paper's values), so the only
+  differences from KVCompass are where the state lives and how it travels.
 
-Owns the directory placement and its in-flight bookkeeping; reads ``ctx.cluster`` (allowed for
-this design) but never mutates it.
+``central_directory_ideal`` (``sim.schemes.central_directory_ideal``) is the same directory with
+exact live cache and queue state: a reference, never counted as a win. Owns the directory
+placement, its delayed views and its in-flight bookkeeping; reads no exact state.
 """
 
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_right
+from typing import ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kvcompass.router.config import RouterConfig
-from kvcompass.types import Tier
-from sim.schemes.base import InformationError, Route, Scheme, SchemeContext
+from sim.schemes._holders import HolderHistory, bits_of
+from sim.schemes.base import CacheEventBatch, LoadReading, Route, Scheme, SchemeContext
 
 
-class CentralDirectory(Scheme):
-    """One exact directory in the best-connected region; a WAN round trip per request."""
-
-    name = "central_directory_ideal"
-    exact_cache = True
-    exact_queues = True
+class DirectoryPlacement:
+    """Where the directory sits, what a lookup costs, and the joint score's constants."""
 
     def __init__(self, ctx: SchemeContext) -> None:
-        super().__init__(ctx)
         dep = ctx.deployment
         n_regions = int(dep.n_regions)
         self.one_way = np.array(
@@ -65,54 +69,145 @@ class CentralDirectory(Scheme):
         if demand.sum() <= 0:
             demand = np.ones(n_regions)
         mean = demand @ self.one_way / demand.sum()
-        self.directory = int(min(range(n_regions), key=lambda d: (round(mean[d], 9), -sizes[d])))
-        self.lookup = [2.0 * float(self.one_way[o, self.directory]) for o in range(n_regions)]
-        region = np.asarray(ctx.cluster.worker_region, dtype=np.int64)
-        self.worker_region = region
-        self.n_workers = int(ctx.cluster.n_workers)
+        self.region = int(min(range(n_regions), key=lambda d: (round(mean[d], 9), -sizes[d])))
+        self.lookup = [2.0 * float(self.one_way[o, self.region]) for o in range(n_regions)]
+        self.worker_region = np.asarray(ctx.cluster.worker_region, dtype=np.int64)
         wan = np.asarray(dep.wan_matrix_ms, dtype=np.float64)
-        self.rtt_to = [2.0 * wan[o][region] for o in range(n_regions)]  # (W,) per origin
-        self.forward_ms = [self.one_way[o][region] for o in range(n_regions)]
+        self.rtt_to = [2.0 * wan[o][self.worker_region] for o in range(n_regions)]
+        self.forward_ms = [self.one_way[o][self.worker_region] for o in range(n_regions)]
         self.beta = np.asarray(ctx.cost.prefill_ms_per_token, dtype=np.float64)
         cfg = RouterConfig()
-        self.gamma = float(ctx.cost.reload_ms_per_token)
         self.tau = cfg.resolve_tau_ms(float(np.median(self.beta)))
         self.lambda_max = float(cfg.lambda_max)
-        self.pending = np.zeros(self.n_workers, dtype=np.float64)
-        self._inflight: list[tuple[float, int, float]] = []
+
+    def choose(
+        self,
+        origin: int,
+        prompt: int,
+        matched: NDArray[np.float64],
+        tq: NDArray[np.float64],
+        reload_ms: NDArray[np.float64] | float = 0.0,
+    ) -> tuple[int, float]:
+        """(worker, λ) of the joint score over every worker."""
+        lam = min(self.lambda_max, float(tq.min()) / self.tau)
+        score = self.rtt_to[origin] + tq + (1.0 + lam) * self.beta * (prompt - matched)
+        return int(np.argmin(score + reload_ms)), lam
+
+
+class CentralDirectory(Scheme):
+    """One directory in the best-connected region, fed by cache events and queue reports."""
+
+    name = "central_directory"
+    wants_cache_events: ClassVar[bool] = True
+
+    def __init__(self, ctx: SchemeContext) -> None:
+        super().__init__(ctx)
+        self.place = DirectoryPlacement(ctx)
+        d = self.place.region
+        self.n_workers = int(ctx.cluster.n_workers)
+        self.chunk = int(ctx.cluster.chunk_tokens)
+        region = self.place.worker_region
+        n_regions = int(ctx.deployment.n_regions)
+        self.to_dir = self.place.one_way[:, d].copy()  # report / event delay from each region
+        self.to_dir_w = self.to_dir[region]
+        self.period_ms = float(ctx.loads.period_ms)
+        max_ow = float(self.place.one_way.max())
+        self.horizon_ms = 2.0 * max_ow + 3.0 * self.period_ms + 1.0
+        self.holders = HolderHistory(region, self.horizon_ms)
+        self.all_mask = bits_of(list(range(self.n_workers)))
+        self._depth = np.zeros(self.n_workers, dtype=np.int64)
+        self.n_regions = n_regions
+        # Queue reports per region, in arrival order at the directory.
+        self._reports: list[list[LoadReading]] = [[] for _ in range(n_regions)]
+        self._arrived: list[list[float]] = [[] for _ in range(n_regions)]
+        # This directory's forwards still possibly unreported: arrival at the worker, worker, work.
+        self._f_at = np.zeros(0, dtype=np.float64)
+        self._f_w = np.zeros(0, dtype=np.int64)
+        self._f_work = np.zeros(0, dtype=np.float64)
+        self._buf: list[tuple[float, int, float]] = []
         self.n_lookups = 0
-        if ctx.exact_cache is None or ctx.exact_queues is None:
-            raise InformationError(f"{self.name}: the engine gave no exact state")
-        self._cache, self._queues = ctx.exact_cache, ctx.exact_queues
+
+    # -- channels ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for r in range(self.n_regions):
+            self.ctx.loads.subscribe(r, self._report)
+
+    def _report(self, reading: LoadReading) -> None:
+        # The region's poll, forwarded to the directory: usable once it has crossed the WAN.
+        r = reading.region
+        at = reading.at_ms + self.ctx.network.sample_ms(r, self.place.region)
+        arrived = self._arrived[r]
+        reps = self._reports[r]
+        # Jitter can reorder two reports; keep arrival order (bisect below needs it).
+        k = bisect_right(arrived, at)
+        arrived.insert(k, at)
+        reps.insert(k, reading)
+        if len(reps) > 64:  # older reports can never be the newest arrived one again
+            del arrived[:32], reps[:32]
+
+    def on_cache_events(self, batch: CacheEventBatch) -> None:
+        self.holders.apply(batch)
+
+    # -- the directory's view at decision time ------------------------------------------------
+
+    def _queues(self, t_d: float) -> NDArray[np.float64]:
+        """Per worker: the newest arrived report, drained since, plus unreported forwards."""
+        tq = np.zeros(self.n_workers, dtype=np.float64)
+        taken = np.full(self.n_workers, -np.inf)
+        for r in range(self.n_regions):
+            k = bisect_right(self._arrived[r], t_d) - 1
+            if k < 0:
+                continue
+            rep = self._reports[r][k]
+            tq[rep.workers] = np.maximum(rep.queue_ms - (t_d - rep.taken_ms), 0.0)
+            taken[rep.workers] = rep.taken_ms
+        self._flush()
+        if self._f_at.size:
+            keep = self._f_at > t_d - self.horizon_ms
+            if not keep.all():
+                self._f_at, self._f_w, self._f_work = (
+                    self._f_at[keep], self._f_w[keep], self._f_work[keep],
+                )  # fmt: skip
+            unrep = self._f_at > taken[self._f_w]
+            tq += np.bincount(self._f_w[unrep], self._f_work[unrep], minlength=self.n_workers)
+        return tq
+
+    def _flush(self) -> None:
+        if self._buf:
+            at, w, work = zip(*self._buf, strict=True)
+            self._f_at = np.concatenate([self._f_at, np.asarray(at, dtype=np.float64)])
+            self._f_w = np.concatenate([self._f_w, np.asarray(w, dtype=np.int64)])
+            self._f_work = np.concatenate([self._f_work, np.asarray(work, dtype=np.float64)])
+            self._buf.clear()
+
+    def _matched(self, req: int, t_d: float) -> NDArray[np.int64]:
+        depth = self._depth
+        depth.fill(0)
+        cutoff = t_d - self.to_dir
+        self.holders.match(self.ctx.requests.nodes_of(req), self.all_mask, cutoff, depth)
+        return np.minimum(depth * self.chunk, int(self.ctx.requests.prompt_len[req]))
+
+    # -- decision ---------------------------------------------------------------------------
 
     def route(self, req: int, now_ms: float) -> Route:
         rq = self.ctx.requests
         origin = int(rq.origin[req])
         prompt = int(rq.prompt_len[req])
-        inflight, pending = self._inflight, self.pending
-        while inflight and inflight[0][0] <= now_ms:
-            _, w, work = heapq.heappop(inflight)
-            pending[w] -= work
-        matched, tiers = self._cache.match_all(req)
-        m = matched.astype(np.float64)
-        tq = self._queues.backlog_ms(now_ms) + np.maximum(pending, 0.0)
-        lam = min(self.lambda_max, float(tq.min()) / self.tau)
-        reload = self.gamma * m * (tiers == Tier.DRAM)
-        score = self.rtt_to[origin] + tq + (1.0 + lam) * self.beta * (prompt - m) + reload
-        w = int(np.argmin(score))
-        work = float(self.beta[w] * (prompt - m[w]) + reload[w])
-        lookup = self.lookup[origin]
-        arrive = now_ms + lookup + float(self.forward_ms[origin][w])
-        pending[w] += work
-        heapq.heappush(inflight, (arrive, w, work))
+        t_d = now_ms + float(self.to_dir[origin])
+        matched = self._matched(req, t_d)
+        tq = self._queues(t_d)
+        w, lam = self.place.choose(origin, prompt, matched.astype(np.float64), tq)
+        lookup = self.place.lookup[origin]
+        arrive = now_ms + lookup + float(self.place.forward_ms[origin][w])
+        self._buf.append((arrive, w, float(self.place.beta[w] * (prompt - int(matched[w])))))
         self.n_lookups += 1
         return Route(
             worker=w,
             lookup_ms=lookup,
             claimed_tokens=int(matched[w]),
-            claimed_tier=int(tiers[w]),
             extra={"lambda": lam, "queue_ms": float(tq[w])},
         )
 
     def finish(self) -> dict[str, float]:
-        return {"directory_region": float(self.directory), "lookups": float(self.n_lookups)}
+        return {"directory_region": float(self.place.region), "lookups": float(self.n_lookups)}

@@ -24,7 +24,7 @@ What we model (placement rule shared with ``sim.schemes.consistent_hash.HashPlac
   another), so ``Route.lookup_ms`` is the slowest of them.
 * Presence: the owner answers from its own cache, so a get() sees the live state
   (``LIVE_PRESENCE``); the request then goes to the owner of the longest level held at its
-  designated node, or to the family head's owner on a miss (``HashPlacement.route``).
+  designated node, or to its deepest level's owner on a miss (``HashPlacement.route``).
 
 Parameters: 64-bit ids, ``CHORD_SEED`` fixed; levels and latencies from the deployment.
 Owns the Chord overlay and its lookup cost; must not read ``ctx.cluster`` (presence comes from

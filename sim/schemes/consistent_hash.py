@@ -8,19 +8,26 @@ owns it on a ring of virtual nodes, so the same content always lands on the same
 
 What we model (``HashPlacement``, shared with ``sim.schemes.chord``):
 
-* Levels: the deployment's same-region level lengths (``levels.for_pair(r, r)``: 128, 256, ...,
-  4096 tokens for the defaults: a fixed doubling ladder, identical for every region, because a
-  hash ring knows nothing about latency). Ring j places the level-j prefix key (the request's own
-  MurmurHash3 key at that length, ``requests.keys_of``) at ``mix64(key, seed_j)``.
-* Ring: every worker of every region gets ``VNODES`` = 100 virtual nodes per ring (positions from
-  ``mix64``), the usual count for a ±10% share per worker; the owner is the first virtual node
-  clockwise of the key. Rings span all regions: a hash-placement scheme has no notion of distance.
-* Placement rule (what makes reuse happen without migration): the request goes to the owner of
-  its longest level whose designated owner holds that prefix (a hit); on a miss at every level it
-  goes to the owner of its first level, the family head, so the next request sharing that prefix
-  finds it there. A prompt shorter than the first level has no key on any ring and nothing to
-  reuse, so it is served by a uniformly random worker of its own region (sending it across the
-  WAN would only add a round trip; this favours the baseline on short-prompt workloads).
+* Levels: six rings at ``kvcompass.ring.ladder(first, 6, chunk)``: the deployment's first
+  same-region level (128 tokens by default; a hash ring knows nothing about latency) on the
+  cache's chunk grid, doubled: 128 ... 4096 for 16-token chunks, 512 ... 16384 for a trace's
+  512-token blocks (a level shorter than a chunk can never be held, so with the deployment's
+  fixed 128/256 levels two of six rings could never hit). Ring j's key is the level-j prefix's
+  identity, its prefix-unique chunk id (``requests.nodes_of``), placed at ``mix64(key, seed_j)``.
+* Ring: ``kvcompass.ring.LevelRings``, shared with the edge's ``consistent_hash`` policy: every
+  worker of every region gets 100 virtual nodes per ring, the usual count for a ±10% share per
+  worker; the owner is the first virtual node clockwise of the key. Rings span all regions: a
+  hash-placement scheme has no notion of distance.
+* Placement rule (``kvcompass.ring.place``; what makes reuse happen without migration): the
+  request goes to the owner of its deepest level whose designated owner holds that prefix (a
+  hit); on a miss at every level it goes to the owner of its deepest level, so its prefix
+  materialises where its own ring designates it and the next request naming that prefix finds
+  it there: every ring does its job. (Sending every miss to the first level's owner instead made
+  the six rings act as one keyed on the first level and concentrated whole families on it:
+  P99 TTFT 1.9× higher on Mixed at 0.8 λ0, equal on WildChat: BASELINES.md.) A prompt shorter
+  than the first level has no key on any ring and nothing to reuse, so it is served in its own
+  region by the worker this edge has fewest requests in flight at (its own forwards, released
+  by the responses; ties random): sending it across the WAN would only add a round trip.
   Only prefixes that sit at their designated node are found (§2.3): a copy on any other worker is
   invisible, and no load is ever considered (that is the design, and why hot families
   concentrate on one worker).
@@ -28,8 +35,8 @@ What we model (``HashPlacement``, shared with ``sim.schemes.chord``):
   latency after the worker's cache event (``HolderHistory`` read as of ``now - one_way(r, o)``).
   No lookup latency: the ring is known everywhere (``Route.lookup_ms`` = 0).
 
-Parameters: ``VNODES`` = 100, ring seeds fixed (``RING_SEED``); the level lengths come from the
-deployment. Must not read ``ctx.cluster`` live (only its static shape).
+Parameters: ``kvcompass.ring.VNODES`` = 100 and ``RING_SEED``; the level lengths come from the
+deployment and the cache's chunk. Must not read ``ctx.cluster`` live (only its static shape).
 """
 
 from __future__ import annotations
@@ -39,15 +46,16 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from kvcompass.ring import LevelRings
+from kvcompass.ring import LevelRings, ladder, place
 from sim.schemes._holders import HolderHistory
-from sim.schemes.base import CacheEventBatch, Route, Scheme, SchemeContext
+from sim.schemes.base import CacheEventBatch, Response, Route, Scheme, SchemeContext
 
 
 class HashPlacement(Scheme):
     """Six content-hash rings and the placement rule; subclasses say how presence is learned."""
 
     wants_cache_events: ClassVar[bool] = True
+    wants_responses: ClassVar[bool] = True
     LIVE_PRESENCE: ClassVar[bool] = False
     """True: the designated owner answers from its own live cache (a DHT get reaches it)."""
 
@@ -58,18 +66,14 @@ class HashPlacement(Scheme):
         self.chunk = int(cluster.chunk_tokens)
         self.worker_region = [int(r) for r in cluster.worker_region]
         region = np.asarray(cluster.worker_region, dtype=np.int64)
-        self.region_workers = [
-            np.flatnonzero(region == r) for r in range(int(ctx.deployment.n_regions))
-        ]
         n_regions = int(ctx.deployment.n_regions)
+        self.region_workers = [np.flatnonzero(region == r) for r in range(n_regions)]
         self.one_way = [
             [ctx.network.one_way_ms(a, b) for b in range(n_regions)] for a in range(n_regions)
         ]
-        self.level_tokens = [int(x) for x in ctx.levels.for_pair(0, 0)]
-        all_lengths = [int(x) for x in ctx.requests.lengths]
-        # Position of each level among the indexed lengths: keys_of(i) is that list cut at the
-        # prompt, so the level-j key sits at the same index for every request.
-        self.level_pos = [all_lengths.index(t) for t in self.level_tokens]
+        same_region = [int(x) for x in ctx.levels.for_pair(0, 0)]
+        self.level_tokens = ladder(same_region[0], len(same_region), self.chunk)
+        self.level_depth = [t // self.chunk - 1 for t in self.level_tokens]
         self.rings = LevelRings(self.n_workers, len(self.level_tokens))
         self.seeds = self.rings.seeds
         # _delay_to[o][r]: how late an announcement from region r reaches an edge in region o.
@@ -79,6 +83,7 @@ class HashPlacement(Scheme):
         max_delay = max(max(row) for row in self.one_way)
         horizon = 0.0 if self.LIVE_PRESENCE else 2.0 * max_delay + 1.0
         self.holders = HolderHistory(cluster.worker_region, horizon)
+        self.in_flight = np.zeros(self.n_workers, dtype=np.int64)
         self.n_hits = 0
         self.n_routed = 0
 
@@ -88,6 +93,10 @@ class HashPlacement(Scheme):
 
     def on_cache_events(self, batch: CacheEventBatch) -> None:
         self.holders.apply(batch)
+
+    def on_response(self, resp: Response) -> None:
+        if self.in_flight[resp.worker] > 0:
+            self.in_flight[resp.worker] -= 1
 
     def presence_cutoff(self, origin: int, now_ms: float) -> NDArray[np.float64] | None:
         """Per holder region, the time up to which this edge knows the owners' caches."""
@@ -99,37 +108,42 @@ class HashPlacement(Scheme):
         """Discovery latency of the (level, key) lookups; 0 for a ring known everywhere."""
         return 0.0
 
+    def _local(self, origin: int) -> int:
+        """A prompt with no ring key: the region's worker this edge has least in flight at."""
+        local = self.region_workers[origin]
+        load = self.in_flight[local]
+        least = local[load == load.min()]
+        return int(least[self.ctx.rng.integers(least.size)])
+
     def route(self, req: int, now_ms: float) -> Route:
         rq = self.ctx.requests
-        prompt = int(rq.prompt_len[req])
         origin = int(rq.origin[req])
         self.n_routed += 1
-        _, keys = rq.keys_of(req)
-        n_keys = len(keys)
-        owners: list[tuple[int, int]] = []
-        for j, pos in enumerate(self.level_pos):
-            if pos >= n_keys or self.level_tokens[j] > prompt:
-                break
-            key = int(keys[pos])
-            owners.append((self.owner(j, key), key))
-        if not owners:
-            local = self.region_workers[origin]
-            return Route(worker=int(local[self.ctx.rng.integers(len(local))]))
-        lookup = self.lookup_ms(req, origin, owners)
         nodes = rq.nodes_of(req)
+        # Ring j's key is the level-j prefix's identity: its prefix-unique chunk id.
+        owners = [
+            (self.owner(j, int(nodes[d])), int(nodes[d]))
+            for j, d in enumerate(self.level_depth)
+            if d < len(nodes)
+        ]
+        if not owners:
+            w = self._local(origin)
+            self.in_flight[w] += 1
+            return Route(worker=w)
+        lookup = self.lookup_ms(req, origin, owners)
         cutoff = self.presence_cutoff(origin, now_ms)
-        for j in range(len(owners) - 1, -1, -1):
-            w = owners[j][0]
-            idx = self.level_tokens[j] // self.chunk - 1
-            if 0 <= idx < len(nodes) and self.holders.mask(int(nodes[idx]), cutoff) >> w & 1:
-                self.n_hits += 1
-                return Route(
-                    worker=w,
-                    lookup_ms=lookup,
-                    claimed_tokens=self.level_tokens[j],
-                    extra={"level": float(j)},
-                )
-        return Route(worker=owners[0][0], lookup_ms=lookup, extra={"level": -1.0})
+        held = [bool(self.holders.mask(key, cutoff) >> w & 1) for w, key in owners]
+        w, level = place([o for o, _ in owners], held)
+        self.in_flight[w] += 1
+        if level < 0:
+            return Route(worker=w, lookup_ms=lookup, extra={"level": -1.0})
+        self.n_hits += 1
+        return Route(
+            worker=w,
+            lookup_ms=lookup,
+            claimed_tokens=self.level_tokens[level],
+            extra={"level": float(level)},
+        )
 
     def finish(self) -> dict[str, float]:
         return {

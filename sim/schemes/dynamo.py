@@ -18,8 +18,10 @@ to get the global view".
 What we model:
 
 * Blocks are the cluster's cache chunks (``chunk_tokens``, the KV-event granularity).
-* Router o's own region: KV events over the in-region hop (``HolderHistory`` as of
-  ``now - in-region one-way``); its own decisions' active blocks, live.
+* Router o's own region: its KvIndexer consumes the workers' KV events continuously, as
+  Dynamo's router does (events stream to it over NATS / ZMQ; no snapshot period): each event
+  counts one in-region hop after emission (``HolderHistory`` as of ``now - in-region
+  one-way``). Its own decisions' active blocks are live.
 * Global view: every ``period_ms`` (the run's ``RouterConfig.broadcast_period_ms`` when the
   runner passes one, else ``BROADCAST_MS`` = 100 ms: the paper's Δ, so Dynamo and KVCompass
   refresh equally often and a Δ sweep moves both) each router sends every other region a
@@ -32,7 +34,12 @@ What we model:
   blocks: ``weight · RTT(o, r) / (β_r · chunk)``; ``WAN_AWARE = False`` drops it.
 * The response's arrival is the first token (prefill blocks released); the stream ends
   ``(output_len − 1) · decode_ms_per_token`` later (the frontend proxies the stream), releasing
-  the decode blocks.
+  the decode blocks. The decode term of the logit is dropped (``DECODE_LOAD`` = False): in the
+  simulator's cost model decode runs beside the prefills and never delays one (``sim/cost.py``),
+  so decode blocks predict no TTFT and would only push requests off their best overlap. Its
+  best configuration here is therefore ``overlap_score_weight · prefill_blocks`` plus the WAN
+  term; the decode blocks are still tracked and broadcast (``DECODE_LOAD`` = True restores
+  Dynamo's full cost).
 
 Owns every region router's radix-tree view, active-block accounting and broadcasts; must not
 read ``ctx.cluster``.
@@ -59,6 +66,8 @@ class Dynamo(Scheme):
     BROADCAST_MS: ClassVar[float] = 100.0
     OVERLAP_WEIGHT: ClassVar[float] = 1.0
     WAN_AWARE: ClassVar[bool] = True
+    DECODE_LOAD: ClassVar[bool] = False
+    """Dynamo's decode-blocks term; off because the simulator's decode never delays a prefill."""
 
     def __init__(self, ctx: SchemeContext) -> None:
         super().__init__(ctx)
@@ -155,7 +164,9 @@ class Dynamo(Scheme):
         blocks = float(math.ceil(prompt / self.chunk))
         pre, dec = self.view(origin)
         new_prefill = blocks - depth
-        logit = self.OVERLAP_WEIGHT * (pre + new_prefill) + dec + blocks + self.wan_blocks[origin]
+        logit = self.OVERLAP_WEIGHT * (pre + new_prefill) + self.wan_blocks[origin]
+        if self.DECODE_LOAD:
+            logit = logit + dec + blocks
         best = np.flatnonzero(logit <= logit.min() + 1e-9)
         w = int(best[0]) if best.size == 1 else int(best[self.ctx.rng.integers(best.size)])
         pb = float(new_prefill[w])

@@ -86,7 +86,7 @@ def test_consistent_hash__family_goes_to_ring_owner_anywhere() -> None:
             for seed in range(40):
                 tokens = ec.prompt(300, seed=100 + seed)
                 got = await _served_by(client, tokens, f"ch-{seed}")
-                # Nothing held: the owner of the first level (128 tokens) on ring 0.
+                # Nothing held: the owner of the prompt's deepest level on its ring.
                 order, claimed = pol.order(
                     "consistent_hash", np.asarray(tokens, np.int32), *_lookup(app, tokens)
                 )

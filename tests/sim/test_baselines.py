@@ -9,7 +9,7 @@ from kvcompass.deployment import builtin_deployment
 from kvcompass.mix import mix64
 from sim.schemes._holders import HolderHistory
 from sim.schemes.base import CacheEventBatch
-from sim.schemes.central_directory import CentralDirectory
+from sim.schemes.central_directory_ideal import CentralDirectoryIdeal as CentralDirectory
 from sim.schemes.chord import Chord
 from sim.schemes.consistent_hash import ConsistentHash
 from sim.schemes.dynamo import Dynamo
@@ -45,10 +45,10 @@ def test_consistent_hash_same_prefix_same_worker__hot_family_concentrates() -> N
     store(ch, ctx, first, reqs[0], 1.0)
     chosen = {ch.route(r, 1000.0).worker for r in reqs[1:]}
     assert chosen == {first}
-    # A different family lands on its own designated owner, whatever the load.
-    other = ctx.requests.add([9, 8, 7, 6], origin=0)
+    # A different family lands on its deepest level's designated owner, whatever the load.
+    other = ctx.requests.add([9, 8, 7, 6], origin=0)  # 256 tokens: levels 128 and 256
     assert ch.route(other, 1000.0).worker == ch.owner(
-        0, int(ctx.requests.keys_of(other)[1][ch.level_pos[0]])
+        1, int(ctx.requests.nodes_of(other)[ch.level_depth[1]])
     )
 
 
@@ -57,8 +57,7 @@ def test_consistent_hash_presence__learned_one_way_late() -> None:
     ch = ConsistentHash(ctx)
     labels = list(range(1, 9))  # 512 tokens: levels 128, 256, 512
     probe = ctx.requests.add(labels, origin=0)
-    keys = ctx.requests.keys_of(probe)[1]
-    owner3 = ch.owner(2, int(keys[ch.level_pos[2]]))
+    owner3 = ch.owner(2, int(ctx.requests.nodes_of(probe)[ch.level_depth[2]]))
     region = int(ctx.cluster.worker_region[owner3])
     if region == 0:  # ask from another region so the announcement crosses the WAN
         probe = ctx.requests.add(labels, origin=1)
@@ -82,18 +81,19 @@ def test_chord_lookup_latency__sum_of_hop_latencies_grows_with_wan() -> None:
         ctx2 = FakeContext(three_regions(wan=wan))
         chord2 = Chord(ctx2)
         ctx2.requests.add(list(range(1, 65)), origin=1)
-        keys = ctx2.requests.keys_of(0)[1]
+        chunks = ctx2.requests.nodes_of(0)
         worst = 0.0
         nodes = chord2.region_nodes[1]
-        for j, pos in enumerate(chord2.level_pos):
-            hops = chord2.path(nodes[j % len(nodes)], mix64(int(keys[pos]), chord2.seeds[j]))
+        for j, depth in enumerate(chord2.level_depth):
+            key = int(chunks[depth])
+            hops = chord2.path(nodes[j % len(nodes)], mix64(key, chord2.seeds[j]))
             regions = [chord2.worker_region[chord2.node_worker[h]] for h in hops]
             t = ctx2.network.one_way_ms(1, regions[0])
             for a, b, ra, rb in zip(hops, hops[1:], regions, regions[1:], strict=False):
                 if chord2.node_worker[a] != chord2.node_worker[b]:
                     t += ctx2.network.one_way_ms(ra, rb)
             worst = max(worst, t + ctx2.network.one_way_ms(regions[-1], 1))
-            assert chord2.node_worker[hops[-1]] == chord2.owner(j, int(keys[pos]))
+            assert chord2.node_worker[hops[-1]] == chord2.owner(j, key)
         assert costs[-1] == pytest.approx(worst)
     assert costs[1] > costs[0] > 0.0
 
@@ -120,7 +120,7 @@ def test_central_directory_pays_one_round_trip__to_the_directory_region() -> Non
     for o in (0, 1, 2, 1):
         ctx.requests.add([1, 2, 3], origin=o)
     cd = CentralDirectory(ctx)
-    assert cd.directory == 0  # region a is 100 ms from both others; b and c are 200 apart
+    assert cd.place.region == 0  # region a is 100 ms from both others; b and c are 200 apart
     for req in range(4):
         o = int(ctx.requests.origin[req])
         assert cd.route(req, 0.0).lookup_ms == pytest.approx(2 * ctx.network.one_way_ms(o, 0))

@@ -49,8 +49,8 @@ def test_ladder__on_the_block_grid_whatever_the_block() -> None:
         ladder(0, 6, 16)
 
 
-def test_place__deepest_held_level_else_family_head() -> None:
+def test_place__deepest_held_level_else_the_deepest_levels_owner() -> None:
     assert place([3, 5, 7], [True, True, False]) == (5, 1)
-    assert place([3, 5, 7], [False, False, False]) == (3, -1)
+    assert place([3, 5, 7], [False, False, False]) == (7, -1)
     with pytest.raises(InvalidInputError):
         place([], [])
