@@ -27,7 +27,9 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType  # (the package does not re-export)
 
 from kvcompass.layout import TableLayout
+from pipeline.codec import AvroCodec
 from pipeline.config import PipelineConfig
+from pipeline.registry import InProcessRegistry
 from pipeline.topics import ensure_topics
 from pipeline.view_sync import ViewSync
 from tests.integration.test_pipeline_worker import (
@@ -43,6 +45,7 @@ from tests.integration.test_pipeline_worker import (
 )
 
 pytestmark = pytest.mark.integration
+CODEC_ = AvroCodec(InProcessRegistry())
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +130,10 @@ def test_one_megabyte_garbage_record_is_dead_lettered_and_valid_events_applied__
     assert d["raw_sha256"] == hashlib.sha256(garbage).digest()
     checked, bad, _ = _mismatches(sync, truth)
     assert checked > 500 and bad == 0
+    print(
+        f"poison: 1 dead letter of {len(CODEC_.encode('DeadLetter', d))} bytes for a "
+        f"{len(garbage)}-byte record; {checked} live entries checked, {bad} mismatched"
+    )
 
 
 def test_refused_dead_letter_holds_the_partition_then_resumes__broker_refuses(
@@ -141,7 +148,8 @@ def test_refused_dead_letter_holds_the_partition_then_resumes__broker_refuses(
         _wait(lambda: _log(worker).count("rechunk held (attempt") >= 2, WAIT_S,
               "rechunk to hold after the refused dead letter")  # fmt: skip
         assert "MSG_SIZE_TOO_LARGE" in _log(worker)
-        assert _committed(cfg, cfg.topics.kv_events, 0) <= poison_at
+        held_at = _committed(cfg, cfg.topics.kv_events, 0)
+        assert held_at <= poison_at
         assert len(_dead_letters(cfg)) == before
         sync.poll()
         assert _mismatches(sync, feed.truth())[1] > 0  # the events after it are not applied
@@ -154,6 +162,11 @@ def test_refused_dead_letter_holds_the_partition_then_resumes__broker_refuses(
     assert len(letters) == before + 1 and letters[-1]["original_offset"] == poison_at
     _wait(lambda: _committed(cfg, cfg.topics.kv_events, 0) > poison_at, WAIT_S,
           "the offset to be committed past the record once it is dead-lettered")  # fmt: skip
+    attempts = _log(worker).count("rechunk held (attempt")
+    print(
+        f"refused dead letter: held after {attempts} failed attempts, committed {held_at} <= "
+        f"poison offset {poison_at}; resumed, 1 dead letter, views converged"
+    )
 
 
 def test_restart_after_deleted_index_ops_refuses_recovery_and_keeps_the_epoch__retention(
@@ -184,6 +197,12 @@ def test_restart_after_deleted_index_ops_refuses_recovery_and_keeps_the_epoch__r
     assert _shard_mismatches(sync, truth_before, (0,)) == 0
     assert int(sync.view.last_seq[0]) == seq_before
     assert "maintain[0] held" in _log(worker)
+    kept = len(truth_before.index.shards[0].tables[0].items()[0])
+    print(
+        f"retention: index-ops[0] records below {high // 2} of {high} deleted; shard 0 kept its "
+        f"epoch (seq {seq_before}, {kept} entries of table 0, 0 mismatched); shards 1-2 applied "
+        f"the new events"
+    )
 
 
 def _shard_mismatches(sync: ViewSync, truth: object, shards: tuple[int, ...]) -> int:
