@@ -51,6 +51,7 @@ from pipeline.rechunk import (
     by_shard,
     decode_op_batch,
     encode_op_batch,
+    split_runs,
 )
 from pipeline.registry import registry_from_url
 
@@ -218,11 +219,14 @@ class PipelineShell:
             except (InvalidInputError, KeyError, ValueError) as exc:
                 self._dead(raw, exc)
         groups = by_shard(ops)
+        records = 0
         for shard, runs in sorted(groups.items()):
-            value = self.codec.encode("IndexOpBatch", encode_op_batch(shard, runs))
-            self.producer.produce(self.topics.index_ops, value, int32_key(shard), shard)
+            for part in split_runs(runs):  # bounded records: the broker never refuses one
+                value = self.codec.encode("IndexOpBatch", encode_op_batch(shard, part))
+                self.producer.produce(self.topics.index_ops, value, int32_key(shard), shard)
+                records += 1
         await self.delivery.delivered_up_to(self.delivery.mark(), since=start)
-        return len(groups)
+        return records
 
     def _decode_ops(self, value: bytes | None) -> list[OpBatch]:
         name, rec = self.codec.decode(value or b"")

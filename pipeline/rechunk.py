@@ -133,6 +133,37 @@ def encode_op_batch(shard: int, batches: Sequence[OpBatch]) -> dict[str, Any]:
     }
 
 
+MAX_OP_RECORD_BYTES = 512 * 1024
+"""Bound of one ``IndexOpBatch`` record's runs + keys + sources: half of Kafka's default
+``max.message.bytes`` (1 MB), so a take of large valid events never makes a record the broker
+refuses (which would hold the rechunk agent: ``pipeline.progress``)."""
+_SOURCE_BYTES = 64
+"""An ``EventRef`` on the wire: five varints and the topic name (bounded by Kafka's 249)."""
+
+
+def split_runs(
+    batches: Sequence[OpBatch], max_bytes: int = MAX_OP_RECORD_BYTES
+) -> list[list[OpBatch]]:
+    """Consecutive runs (of one shard) cut into groups whose record stays within ``max_bytes``.
+
+    Order is kept, so applying the groups' records one after the other is applying the runs. A
+    run is never cut (one event's keys: at most ``MAX_KEYS_PER_EVENT`` × 8 bytes).
+    """
+    out: list[list[OpBatch]] = []
+    group: list[OpBatch] = []
+    size = 0
+    for b in batches:
+        cost = RUN_DTYPE.itemsize + 8 * int(b.keys.size) + _SOURCE_BYTES + len(b.source.topic)
+        if group and size + cost > max_bytes:
+            out.append(group)
+            group, size = [], 0
+        group.append(b)
+        size += cost
+    if group:
+        out.append(group)
+    return out
+
+
 def decode_op_batch(r: Mapping[str, Any]) -> list[OpBatch]:
     """Runs of an ``IndexOpBatch`` record; ``InvalidEvent`` when its parts disagree."""
     raw_runs, raw_keys = r["runs"], r["keys"]

@@ -103,3 +103,25 @@ def test_apply_dead_letters_a_record_of_another_shard__wrong_partition() -> None
     assert shell.apply(unit, [_raw(t.index_ops, 0, value, other)]) == 0
     assert shell.dead.counts == {"INVALID": 1}
     assert unit.next_offset == 1  # the bad record is consumed, not retried forever
+
+
+def test_large_valid_take_is_cut_into_bounded_records__4096_keys_per_event() -> None:
+    from pipeline.rechunk import MAX_OP_RECORD_BYTES, decode_op_batch
+
+    shell, fake = _shell()
+    t = shell.topics
+    rng = np.random.default_rng(3)
+    batch = []
+    for i in range(120):  # 120 x 4096 keys: ~1.3 MB of keys per shard in one take
+        keys = rng.integers(1, 2**62, 4096, dtype=np.int64).tolist()
+        lengths = list(range(16, 16 * 4097, 16))
+        ev = event(i % 14, np.zeros(0, np.int32), token_ids=None, token_count=16 * 4096,
+                   registration_keys=keys, registration_lengths=lengths)  # fmt: skip
+        batch.append(_raw(t.kv_events, i, CODEC.encode("KvEvent", ev)))
+    produced = asyncio.run(shell.rechunk(batch))
+    ops = [(p, v) for topic, v, _, p in fake.sent if topic == t.index_ops]
+    assert produced == len(ops) > 3  # more records than shards
+    assert max(len(v) for _, v in ops) <= MAX_OP_RECORD_BYTES + 1024  # type: ignore[arg-type]
+    runs = [b for _, v in ops for b in decode_op_batch(CODEC.decode(v)[1])]  # type: ignore[arg-type]
+    keys_out = sum(int(b.keys.size) for b in runs)
+    assert keys_out == 120 * 4096 and shell.dead.total == 0
