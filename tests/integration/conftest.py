@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from pipeline.config import PipelineConfig
 from pipeline.kafka_local import BrokerError, LocalBroker
+from tests.ci import missing
 from tests.integration.brokers import KAFKA_IMAGE, broker_choice, docker_answers, kafka_container
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def _announce(config: pytest.Config, broker: KafkaBroker) -> None:
@@ -99,9 +96,7 @@ def kafka_broker(
     except (BrokerError, OSError) as exc:
         message = "no Kafka broker for the integration tests: local broker (infra/local): "
         message += f"{type(exc).__name__}: {exc}"
-        if _in_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing(message)
     try:
         broker = KafkaBroker(bootstrap, "local (infra/local KRaft)", local)
         _announce(request.config, broker)
