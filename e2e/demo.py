@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from e2e import report
 from e2e.loadgen import LoadGenerator
 from edge.policies import POLICIES
+from kvcompass.cli.data import MOONCAKE_TRACE
 from kvcompass.cli.deployments import load_deployment
 from sim.workloads.workload import Workload
 
-DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[1].parent / "shared/data/mooncake/conversation_trace.jsonl"
-)
+DEFAULT_TRACE = MOONCAKE_TRACE
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +150,3 @@ def _as_dict(value: Any) -> Any:
 
         return dataclasses.asdict(value)
     return value
-
-
-def scheme_order(rows: Sequence[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(str(r["scheme"]) for r in rows))

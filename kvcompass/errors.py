@@ -1,18 +1,16 @@
-"""The one error root of the project, with the retry policy on the class.
+"""The one error root of the project.
 
 Messages say what was expected and what was got. Shells map these to dead letters (Kafka) or
-4xx responses (HTTP); the core only raises them.
+4xx responses (HTTP); the core only raises them. No retry flag on the classes: nothing retries by
+error class (a ``retriable`` flag nobody read was removed); the one shell that retries, the edge's
+forwarder (on another worker), decides on what the transport reports.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 
 class KVCompassError(Exception):
     """Root of every error this project raises on purpose."""
-
-    retriable: ClassVar[bool] = False
 
 
 class InvalidInputError(KVCompassError, ValueError):
@@ -29,9 +27,3 @@ class ConfigError(InvalidInputError):
 
 class ViewFileError(KVCompassError):
     """A view file is truncated, has the wrong magic or version, or disagrees with its header."""
-
-
-class CapacityError(KVCompassError):
-    """A table cannot place a key at its current size; the caller grows it into a new epoch."""
-
-    retriable = True

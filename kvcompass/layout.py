@@ -100,9 +100,6 @@ class TableLayout:
     def n_tables(self) -> int:
         return len(self.table_region)
 
-    def tables_of_region(self, region: int) -> list[int]:
-        return [t for t, r in enumerate(self.table_region) if r == region]
-
     def field_of(self, worker: int) -> tuple[int, int]:
         """(table, field) of a worker; UnknownWorkerError if it is not in the layout."""
         if not 0 <= worker < self.n_workers:

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from numpy.typing import NDArray
 
 from kvcompass.errors import ViewFileError
 from kvcompass.ludo import LudoParams, ViewArrays
@@ -188,11 +187,6 @@ def open_view(path: Path) -> ViewFile:
     if raw.size < sec.size:
         raise ViewFileError(f"{path}: truncated: {raw.size} bytes, expected {sec.size}")
     return _map(path, table, shard, params, raw)
-
-
-def reopen_arrays(vf: ViewFile) -> NDArray[np.uint8]:
-    """The raw bytes of a view (for comparing two views byte for byte in tests and replay)."""
-    return np.asarray(vf._raw)
 
 
 class ViewStore:

@@ -46,8 +46,6 @@ class UnknownSchemaError(InvalidInputError):
 class RegistryUnavailableError(KVCompassError):
     """The registry server could not be reached or answered with a server error."""
 
-    retriable = True
-
 
 @dataclass(frozen=True, slots=True)
 class RegisteredSchema:

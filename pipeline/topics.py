@@ -34,8 +34,6 @@ from pipeline.config import PipelineConfig
 class TopicAdminError(KVCompassError):
     """The broker did not create, list or describe topics in time."""
 
-    retriable = True
-
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:

@@ -15,9 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[2].parent / "shared/data/mooncake/conversation_trace.jsonl"
-)
+from kvcompass.cli.data import MOONCAKE_TRACE as DEFAULT_TRACE
 
 
 def register(subparsers: Any) -> None:

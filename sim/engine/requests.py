@@ -109,17 +109,6 @@ class Requests:
         chunks: NDArray[np.int64] = self.chunks
         return chunks[int(self.chunk_offsets[i]) : int(self.chunk_offsets[i + 1])]
 
-    def reg_keys(self, i: int, region: int, lo_tokens: int, hi_tokens: int) -> NDArray[np.uint64]:
-        """Request ``i``'s keys at ``region``'s registration lengths in ``(lo, hi]`` tokens."""
-        a, b = int(self.key_offsets[i]), int(self.key_offsets[i + 1])
-        lens = self.lengths[: b - a]
-        lo = int(np.searchsorted(lens, lo_tokens, side="right"))
-        hi = int(np.searchsorted(lens, hi_tokens, side="right"))
-        if hi <= lo:
-            return np.zeros(0, dtype=np.uint64)
-        mask = self.reg_mask[region, lo:hi]
-        return self.keys[a + lo : a + hi][mask]
-
     def reg_keys_many(
         self, owners: NDArray[np.int64], depths: NDArray[np.int64], region: int
     ) -> NDArray[np.uint64]:

@@ -1,30 +1,34 @@
 """A real Kafka broker for the integration tests, one per test session.
 
-Where the broker comes from, first that works:
-1. ``KAFKA_BOOTSTRAP_SERVERS`` (a broker started by the developer or by CI);
-2. testcontainers' Kafka module, only if the package is importable AND a Docker engine answers;
-3. ``pipeline.kafka_local.LocalBroker`` on free ports with a throw-away state directory (the jar
-   cache under ``${KVCOMPASS_CACHE:-~/.cache/kvcompass}`` is shared; the first run fetches the
-   jars with Maven), stopped at session end.
-If none works the tests are skipped, except under ``CI=true`` where the run FAILS, so that a green
-CI can never hide a missing broker. Each test gets its own topic prefix.
+Which broker is an explicit choice (``tests/integration/brokers.py``): ``KAFKA_BOOTSTRAP_SERVERS``
+names a running one; otherwise ``KVCOMPASS_TEST_BROKER`` = ``local`` (the default:
+``pipeline.kafka_local.LocalBroker`` on free ports with a throw-away state directory; the jar
+cache under ``${KVCOMPASS_CACHE:-~/.cache/kvcompass}`` is shared, the first run fetches the jars
+with Maven), ``testcontainers`` (testcontainers' ``KafkaContainer``; needs a Docker engine) or
+``auto`` (the container where Docker answers, else local). The fixture logs which one it uses.
+If the chosen broker cannot start the tests are skipped, except under ``CI=true`` or an explicit
+``testcontainers`` choice, where the run FAILS, so that a green CI can never hide a missing
+broker. Each test gets its own topic prefix.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import logging
 import os
 import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
 from pipeline.config import PipelineConfig
 from pipeline.kafka_local import BrokerError, LocalBroker
+from tests.ci import missing
+from tests.integration.brokers import KAFKA_IMAGE, broker_choice, docker_answers, kafka_container
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,71 +46,63 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _docker_answers() -> bool:
-    host = os.environ.get("DOCKER_HOST", "")
-    if host.startswith("tcp://"):
-        addr, _, port = host.removeprefix("tcp://").partition(":")
-        try:
-            socket.create_connection((addr, int(port or 2375)), timeout=0.5).close()
-            return True
-        except (OSError, ValueError):
-            return False
-    path = host.removeprefix("unix://") if host.startswith("unix://") else "/var/run/docker.sock"
-    if not Path(path).exists():
-        return False
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(0.5)
-        try:
-            s.connect(path)
-            return True
-        except OSError:
-            return False
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+def _announce(config: pytest.Config, broker: KafkaBroker) -> None:
+    line = f"integration tests: Kafka broker {broker.source} at {broker.bootstrap}"
+    log.warning(line)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # past the capture, on the terminal
+            reporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+def kafka_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaBroker]:
     if bootstrap := os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        yield KafkaBroker(bootstrap, "KAFKA_BOOTSTRAP_SERVERS")
+        broker = KafkaBroker(bootstrap, "KAFKA_BOOTSTRAP_SERVERS")
+        _announce(request.config, broker)
+        yield broker
         return
-    failures: list[str] = []
-    if importlib.util.find_spec("testcontainers") is not None and _docker_answers():
+    choice = broker_choice()
+    if choice == "auto":
+        choice = "testcontainers" if docker_answers() else "local"
+        answer = "answers" if choice == "testcontainers" else "does not answer"
+        log.warning("KVCOMPASS_TEST_BROKER=auto: Docker %s, so %s", answer, choice)
+    if choice == "testcontainers":
         try:
-            from testcontainers.community.kafka import KafkaContainer
-
-            container = KafkaContainer().with_kraft()
+            container = kafka_container()
             container.start()
-        except Exception as exc:  # any failure: fall through to the local broker
-            failures.append(f"testcontainers: {type(exc).__name__}: {exc}")
-        else:
-            try:
-                yield KafkaBroker(container.get_bootstrap_server(), "testcontainers")
-            finally:
-                container.stop()
-            return
-    broker = LocalBroker(
+        except Exception as exc:  # an explicit choice that cannot be honoured fails the run
+            pytest.fail(f"KVCOMPASS_TEST_BROKER=testcontainers: {type(exc).__name__}: {exc}",
+                        pytrace=False)  # fmt: skip
+        try:
+            source = f"testcontainers ({KAFKA_IMAGE})"
+            broker = KafkaBroker(container.get_bootstrap_server(), source)
+            _announce(request.config, broker)
+            yield broker
+        finally:
+            container.stop()
+        return
+    local = LocalBroker(
         _free_port(),
         controller_port=_free_port(),
         state_dir=tmp_path_factory.mktemp("kafka-broker"),
         die_with_parent=True,
     )
     try:
-        bootstrap = broker.up(timeout_s=120)
+        bootstrap = local.up(timeout_s=120)
     except (BrokerError, OSError) as exc:
-        failures.append(f"local broker (infra/local): {type(exc).__name__}: {exc}")
-    else:
-        try:
-            yield KafkaBroker(bootstrap, "local", broker)
-        finally:
-            broker.down()
-        return
-    message = "no Kafka broker for the integration tests:\n" + "\n".join(failures)
-    if _in_ci():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+        message = "no Kafka broker for the integration tests: local broker (infra/local): "
+        message += f"{type(exc).__name__}: {exc}"
+        missing(message)
+    try:
+        broker = KafkaBroker(bootstrap, "local (infra/local KRaft)", local)
+        _announce(request.config, broker)
+        yield broker
+    finally:
+        local.down()
 
 
 @pytest.fixture(scope="session")

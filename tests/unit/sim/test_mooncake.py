@@ -1,4 +1,8 @@
-"""Mooncake trace reader (sim/workloads/mooncake.py) on the real trace and on malformed files."""
+"""Mooncake trace reader (sim/workloads/mooncake.py) on the real trace and on malformed files.
+
+Only the tests that read the real trace need it (through the ``trace`` fixture); the trace is
+found beside the repository (``kvcompass.cli.data``), and under CI a missing trace fails.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvcompass.cli.data import MOONCAKE_TRACE as TRACE
 from kvcompass.errors import InvalidInputError
 from sim.workloads import load_trace
 from sim.workloads.mooncake import TraceFormatError, read_mooncake
 from sim.workloads.workload import Kind, Workload
+from tests.ci import require_file
 
-TRACE = Path("/work/shared/data/mooncake/conversation_trace.jsonl")
 WEIGHTS = np.array([0.5, 0.3, 0.2])
-
-pytestmark = pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
 
 
 @pytest.fixture(scope="module")
 def trace() -> Workload:
+    require_file(TRACE)
     return read_mooncake(TRACE, n_regions=3, region_weights=WEIGHTS, rng=np.random.default_rng(1))
 
 
