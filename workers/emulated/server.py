@@ -200,6 +200,18 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(text="")
 
 
+async def model_info(request: web.Request) -> web.Response:
+    """SGLang's ``/model_info`` (what its gateway reads when a worker registers)."""
+    info = request.app[INFO]
+    return web.json_response({
+        "model_path": info["model_path"], "served_model_name": info["served_model_name"],
+        "tokenizer_path": info["tokenizer_path"], "is_generation": True,
+        "preferred_sampling_params": None, "weight_version": "default",
+        "has_image_understanding": False, "has_audio_understanding": False,
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+    })  # fmt: skip
+
+
 async def flush_cache(request: web.Request) -> web.Response:
     await request.app[ENGINE].flush()
     return web.Response(text="Cache flushed.\n")
@@ -215,6 +227,8 @@ def build_app(engine: Engine, info: ServerInfo) -> web.Application:
     app.router.add_get("/v1/loads", loads)
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/model_info", model_info)
+    app.router.add_get("/get_model_info", model_info)
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health)
     app.router.add_get("/v1/models", models)
