@@ -16,6 +16,7 @@ and a second HTTP client library for forwarding.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,8 @@ class EdgeApp:
     local_workers: frozenset[int] = field(default_factory=frozenset)
     cache_states: CacheStates = field(default_factory=CacheStates)
     """Workers whose cache their sidecar reports unknown (degraded), from ``queue-vectors``."""
+    started_s: int = field(default_factory=lambda: int(time.time()))
+    """When this edge was assembled (``/v1/models`` ``created``)."""
     _rid_prefix: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     _rid_seq: int = 0
 
@@ -218,8 +221,15 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.Response:
-    model = request.app[EDGE].config.model
-    return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+    """OpenAI ``ModelList``: the one model this edge serves (``created`` = edge start)."""
+    e = request.app[EDGE]
+    card = {
+        "id": e.config.model,
+        "object": "model",
+        "created": e.started_s,
+        "owned_by": "kvcompass",
+    }
+    return web.json_response({"object": "list", "data": [card]})
 
 
 async def metrics(request: web.Request) -> web.Response:

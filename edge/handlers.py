@@ -201,7 +201,7 @@ async def _proxy(
             qv = decode_queue_header(raw_qv, dep.n_regions, dep.n_workers)
             metrics.inc("piggybacks_total", result="ok" if qv is not None else "malformed")
         if parsed.stream and resp.status == 200:
-            out, reused = await _stream(request, resp, parsed.kind, out_headers)
+            out, reused = await _stream(request, resp, parsed, out_headers)
         else:
             out, reused = await _whole(resp, parsed.kind, out_headers)
     except (HTTPError, ConnectionError, asyncio.IncompleteReadError) as exc:
@@ -234,7 +234,7 @@ async def _whole(
 
 
 async def _stream(
-    request: web.Request, resp: Response, kind: str, headers: dict[str, str]
+    request: web.Request, resp: Response, parsed: shapes.Parsed, headers: dict[str, str]
 ) -> tuple[web.StreamResponse, int | None]:
     headers["Content-Type"] = "text/event-stream"
     headers["Cache-Control"] = "no-cache"
@@ -242,36 +242,46 @@ async def _stream(
     await out.prepare(request)
     scanner = SSEScanner()
     reused: int | None = None
-    chat = kind == "chat"
+    chat = parsed.kind == "chat"
+    # Pass-through (bytes leave as they arrive) unless events must be reshaped or dropped.
+    through = not chat and not parsed.strip_usage
+    started: set[int] = set()
     try:
         async for chunk in resp.iter_chunks():
-            if not chat:
-                await out.write(chunk)  # pass-through: bytes leave as they arrive
+            if through:
+                await out.write(chunk)
                 if reused is not None:
                     continue
             for event in scanner.feed(chunk):
                 if event == b"[DONE]":
-                    if chat:
+                    if not through:
                         await out.write(b"data: [DONE]\n\n")
                     continue
                 if reused is None and b"cached_tokens" in event:
                     reused = reused_from_json(event)
-                if chat:
-                    await out.write(_chat_event(event))
+                if not through:
+                    data = _reshaped(event, chat, parsed.strip_usage, started)
+                    if data is not None:
+                        await out.write(data)
         await out.write_eof()
     except (ConnectionError, HTTPError, asyncio.IncompleteReadError) as exc:  # a side went away
         log.debug("stream ended early: %r", exc)
     return out, reused
 
 
-def _chat_event(event: bytes) -> bytes:
+def _reshaped(event: bytes, chat: bool, strip_usage: bool, started: set[int]) -> bytes | None:
+    """One worker event as the client gets it; None: the usage chunk it did not ask for."""
     try:
         obj = json.loads(event)
     except ValueError:
         return b"data: " + event + b"\n\n"
     if not isinstance(obj, dict):
         return b"data: " + event + b"\n\n"
-    return b"data: " + json.dumps(shapes.chat_chunk(obj)).encode() + b"\n\n"
+    if strip_usage and "usage" in obj and not obj.get("choices"):
+        return None
+    if chat:
+        obj = shapes.chat_chunk(obj, started)
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
 __all__ = ["EDGE", "error_middleware", "make_completion_handler", "read_body", "request_id"]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from confluent_kafka.admin import AdminClient
 
 from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
@@ -31,6 +32,7 @@ from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import Deployment
 from kvcompass.errors import ConfigError
 from pipeline.producer import KafkaProducer, NullProducer, ProducerPort
+from pipeline.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 BOOTSTRAP_TIMEOUT_S = 120.0
@@ -63,6 +65,10 @@ async def run_edge(
     stop = stop or asyncio.Event()
     sink: ProducerPort = NullProducer()
     if config.pipeline is not None:
+        # A broker that does not auto-create topics would hold this edge's records until they
+        # time out, and leave its followers waiting: create what is missing (idempotent).
+        admin = AdminClient({"bootstrap.servers": config.pipeline.bootstrap_servers})
+        await asyncio.to_thread(ensure_topics, admin, config.pipeline)
         sink = KafkaProducer(config.pipeline.bootstrap_servers, linger_ms=5)
     edge = assemble(config, deployment, sink=sink)
     followers = open_followers(edge, sink) if config.pipeline is not None else None

@@ -73,6 +73,26 @@ class Parsed:
     worker_path: str
     forward_body: dict[str, Any] | None
     """The body to send; None: the client's bytes as they came (they already carry the ids)."""
+    strip_usage: bool = False
+    """The edge asked the worker for a usage chunk (to learn the reuse) that the client did not:
+    drop it from the stream (OpenAI sends usage only with ``stream_options.include_usage``)."""
+
+
+def _usage_upstream(body: Mapping[str, Any], fwd: dict[str, Any], stream: bool) -> bool:
+    """Streams always ask the worker for the final usage chunk (its ``cached_tokens`` is how the
+    edge learns the reuse); True when the client did not ask for it. ``n`` is the worker's to
+    honour or refuse (SGLang honours it; the emulated worker answers 400 for n > 1)."""
+    n = body.get("n", 1)
+    if type(n) is not int or n < 1:
+        raise ApiError(400, f"n: expected an int >= 1, got {n!r}"[:200], param="n")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise ApiError(400, "stream_options: expected an object", param="stream_options")
+    if not stream:
+        return False
+    asked = bool((opts or {}).get("include_usage"))
+    fwd["stream_options"] = {**(opts or {}), "include_usage": True}
+    return not asked
 
 
 _DECODE = msgspec.json.Decoder()
@@ -204,11 +224,13 @@ def parse_completions(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Pars
                        param="prompt")  # fmt: skip
     _check_max_tokens(body, ("max_tokens",), lim.max_new_tokens)
     _check_length(tokens, lim.max_context_tokens, "prompt")
-    fwd = None
+    fwd = dict(body)
     if ids is not None:
-        fwd = dict(body)
         fwd["prompt"] = ids
-    return Parsed("completions", tokens, _stream(body), "/v1/completions", fwd)
+    stream = _stream(body)
+    strip = _usage_upstream(body, fwd, stream)
+    keep = ids is None and fwd == body  # the client's bytes already say it all
+    return Parsed("completions", tokens, stream, "/v1/completions", None if keep else fwd, strip)
 
 
 def parse_chat(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
@@ -230,7 +252,9 @@ def parse_chat(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     if "max_completion_tokens" in fwd:
         fwd["max_tokens"] = fwd.pop("max_completion_tokens")
     fwd["prompt"] = ids
-    return Parsed("chat", tokens, _stream(body), "/v1/completions", fwd)
+    stream = _stream(body)
+    strip = _usage_upstream(body, fwd, stream)
+    return Parsed("chat", tokens, stream, "/v1/completions", fwd, strip)
 
 
 def _encode(fn: Callable[[Any], list[int]], value: Any, param: str) -> list[int]:
@@ -264,19 +288,23 @@ def chat_body(completion: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def chat_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
-    """One streamed ``text_completion`` chunk as a ``chat.completion.chunk``."""
+def chat_chunk(chunk: dict[str, Any], started: set[int]) -> dict[str, Any]:
+    """One streamed ``text_completion`` chunk as a ``chat.completion.chunk``; ``role`` only in
+    a choice's first delta (``started`` holds the indices that had theirs)."""
     out = dict(chunk)
     out["id"] = _chat_id(chunk.get("id"))
     out["object"] = "chat.completion.chunk"
-    out["choices"] = [
-        {
-            "index": c.get("index", 0),
-            "delta": {"role": "assistant", "content": c.get("text", "")},
-            "finish_reason": c.get("finish_reason"),
-            "logprobs": c.get("logprobs"),
-        }
-        for c in chunk.get("choices") or []
-        if isinstance(c, dict)
-    ]
+    choices = []
+    for c in chunk.get("choices") or []:
+        if not isinstance(c, dict):
+            continue
+        index = c.get("index", 0)
+        text = c.get("text", "")
+        delta: dict[str, Any] = {"content": text} if text or index not in started else {}
+        if index not in started:
+            started.add(index)
+            delta["role"] = "assistant"
+        choices.append({"index": index, "delta": delta, "finish_reason": c.get("finish_reason"),
+                        "logprobs": c.get("logprobs")})  # fmt: skip
+    out["choices"] = choices
     return out

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import aiohttp
 import zmq.asyncio
 from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
+from confluent_kafka.admin import AdminClient
 
 from kvcompass.deployment import Deployment
 from kvcompass.keys import KeyNamespace
@@ -31,6 +32,7 @@ from pipeline.codec import AvroCodec, DecodeError, int32_key
 from pipeline.config import PipelineConfig
 from pipeline.dead_letter import dead_letter_record
 from pipeline.producer import ProducerPort
+from pipeline.topics import ensure_topics
 from workers.bridge import RankBridge
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
@@ -243,6 +245,20 @@ async def log_stats(bridges: list[RankBridge], period_s: float = 30.0) -> None:
             log.info("bridge worker %d: %s", b.worker_id, json.dumps(b.stats_dict()))
 
 
+async def serve_deliveries(sink: ProducerPort, period_s: float = 0.5) -> None:
+    """Serve the producer's delivery reports while the sidecar is idle too, so a failed delivery
+    is logged (``KafkaProducer``) when Kafka reports it, not at the next record or shutdown."""
+    while True:
+        sink.poll(0)
+        await asyncio.sleep(period_s)
+
+
+def ensure_kafka_topics(pipe: PipelineConfig) -> None:
+    """Create the pipeline's topics if missing (idempotent; a broker that does not auto-create
+    topics would otherwise hold every record until it times out)."""
+    ensure_topics(AdminClient({"bootstrap.servers": pipe.bootstrap_servers}), pipe)
+
+
 async def run_sidecar(
     cfg: SidecarConfig,
     pipe: PipelineConfig,
@@ -259,6 +275,7 @@ async def run_sidecar(
     bridges: list[RankBridge] = []
     try:
         async with asyncio.TaskGroup() as tg:
+            tg.create_task(serve_deliveries(sink))
             if bridge:
                 bridges = make_bridges(cfg, dep)
                 tg.create_task(log_stats(bridges))

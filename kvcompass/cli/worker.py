@@ -121,11 +121,12 @@ async def _sidecar(args: argparse.Namespace, loops: dict[str, bool]) -> None:
     from pipeline.codec import AvroCodec
     from pipeline.producer import KafkaProducer
     from pipeline.registry import registry_from_url
-    from workers.sidecar import apply_discovery, discover, run_sidecar
+    from workers.sidecar import apply_discovery, discover, ensure_kafka_topics, run_sidecar
 
     cfg, pipe, dep = _configs(args)
     if not args.no_discover and loops.get("bridge", False):
         cfg = apply_discovery(cfg, await discover(cfg.engine_url))
+    await asyncio.to_thread(ensure_kafka_topics, pipe)
     sink = KafkaProducer(pipe.bootstrap_servers)
     codec = AvroCodec(registry_from_url(pipe.schema_registry_url))
     try:

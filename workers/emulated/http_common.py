@@ -5,10 +5,13 @@ Must not: serve routes itself.
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
+from workers.emulated.cache import Admission
 from workers.emulated.engine import Engine
 
 ENGINE = web.AppKey("engine", Engine)
@@ -31,3 +34,58 @@ def token_ids(value: Any, what: str) -> list[int]:
     if not ok:
         raise BadRequest(f"{what}: expected a list of non-negative int32 token ids")
     return list(value)
+
+
+def parse_max_new(value: Any, default: int) -> int:
+    n = default if value is None else value
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise BadRequest(f"max tokens: expected an int >= 0, got {value!r}")
+    return n
+
+
+async def sse(request: web.Request, chunks: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    async for chunk in chunks:
+        await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+class Steps:
+    """A request's decode steps; ``aclose`` marks the request done even if never iterated (a
+    client that left before its first chunk), so the running count never leaks."""
+
+    def __init__(self, gen: AsyncIterator[int], finish: Any) -> None:
+        self._gen = gen
+        self._finish = finish
+
+    def __aiter__(self) -> AsyncIterator[int]:
+        return self._gen
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._gen, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        self._finish()
+
+
+async def run(engine: Engine, tokens: list[int], max_new: int) -> tuple[Admission, Steps]:
+    adm = await engine.prefill(tokens)
+    finished = False
+
+    def finish() -> None:
+        nonlocal finished
+        if not finished:
+            finished = True
+            engine.done(adm)
+
+    async def steps() -> AsyncIterator[int]:
+        try:
+            async for t in engine.decode(tokens, max_new, adm):
+                yield t
+        finally:
+            finish()
+
+    return adm, Steps(steps(), finish)

@@ -22,12 +22,22 @@ from typing import Any
 
 from aiohttp import web
 
-from kvcompass.byte_tokenizer import chat_prompt, detokenize, tokenize
+from kvcompass.byte_tokenizer import detokenize, tokenize
 from kvcompass.types import Tier
 from workers.emulated.cache import Admission
 from workers.emulated.engine import Engine
-from workers.emulated.http_common import ENGINE, INFO, BadRequest, error, token_ids
+from workers.emulated.http_common import (
+    ENGINE,
+    INFO,
+    BadRequest,
+    error,
+    parse_max_new,
+    run,
+    sse,
+    token_ids,
+)
 from workers.emulated.kv_copy import kv_export, kv_import
+from workers.emulated.openai_api import models, openai
 
 VERSION = "0.5.23-kvcompass-emulated"
 
@@ -96,13 +106,6 @@ class ServerInfo:
         }
 
 
-def _max_new(value: Any, default: int) -> int:
-    n = default if value is None else value
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise BadRequest(f"max tokens: expected an int >= 0, got {value!r}")
-    return n
-
-
 def _meta(rid: str, adm: Admission, out: int, start: float, done: bool) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "id": rid,
@@ -120,54 +123,6 @@ def _meta(rid: str, adm: Admission, out: int, start: float, done: bool) -> dict[
     return meta
 
 
-async def _sse(request: web.Request, chunks: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    async for chunk in chunks:
-        await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-    await resp.write(b"data: [DONE]\n\n")
-    await resp.write_eof()
-    return resp
-
-
-class _Steps:
-    """A request's decode steps; ``aclose`` marks the request done even if never iterated (a
-    client that left before its first chunk), so the running count never leaks."""
-
-    def __init__(self, gen: AsyncIterator[int], finish: Any) -> None:
-        self._gen = gen
-        self._finish = finish
-
-    def __aiter__(self) -> AsyncIterator[int]:
-        return self._gen
-
-    async def aclose(self) -> None:
-        aclose = getattr(self._gen, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        self._finish()
-
-
-async def _run(engine: Engine, tokens: list[int], max_new: int) -> tuple[Admission, _Steps]:
-    adm = await engine.prefill(tokens)
-    finished = False
-
-    def finish() -> None:
-        nonlocal finished
-        if not finished:
-            finished = True
-            engine.done(adm)
-
-    async def steps() -> AsyncIterator[int]:
-        try:
-            async for t in engine.decode(tokens, max_new, adm):
-                yield t
-        finally:
-            finish()
-
-    return adm, _Steps(steps(), finish)
-
-
 async def generate(request: web.Request) -> web.StreamResponse:
     rid = request.headers.get("X-Request-Id", uuid.uuid4().hex)
     try:
@@ -182,11 +137,11 @@ async def generate(request: web.Request) -> web.StreamResponse:
         else:
             raise BadRequest("expected 'input_ids' (list of ints) or 'text' (string)")
         params = body.get("sampling_params") or {}
-        max_new = _max_new(params.get("max_new_tokens"), 128)
+        max_new = parse_max_new(params.get("max_new_tokens"), 128)
     except (BadRequest, json.JSONDecodeError, AttributeError) as exc:
         return error(400, str(exc), rid)
     start = time.perf_counter()
-    adm, steps = await _run(request.app[ENGINE], tokens, max_new)
+    adm, steps = await run(request.app[ENGINE], tokens, max_new)
     out: list[int] = []
     if body.get("stream"):
 
@@ -202,93 +157,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
                     yield {"text": detokenize(out), "output_ids": list(out), "meta_info": meta}
 
         try:
-            return await _sse(request, chunks())
+            return await sse(request, chunks())
         finally:  # a client that left mid-stream: the request is done (running count, KV)
             await steps.aclose()
     out = [t async for t in steps]
     meta = _meta(rid, adm, len(out), start, True)
     body_out = {"text": detokenize(out), "output_ids": out, "meta_info": meta}
     return web.json_response(body_out, headers={"X-Request-Id": rid})
-
-
-def _chat_tokens(messages: Any) -> list[int]:
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages: expected a non-empty list")
-    for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-            raise BadRequest("messages: expected objects with string 'role' and 'content'")
-    return tokenize(chat_prompt(messages))
-
-
-async def openai(request: web.Request) -> web.StreamResponse:
-    chat = request.path.endswith("/chat/completions")
-    rid = request.headers.get("X-Request-Id", uuid.uuid4().hex)
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise BadRequest("body: expected a JSON object")
-        if chat:
-            tokens = _chat_tokens(body.get("messages"))
-        else:
-            prompt = body.get("prompt")
-            tokens = tokenize(prompt) if isinstance(prompt, str) else token_ids(prompt, "prompt")
-        max_new = _max_new(body.get("max_completion_tokens", body.get("max_tokens")), 16)
-    except (BadRequest, json.JSONDecodeError, AttributeError) as exc:
-        return error(400, str(exc), rid)
-    engine = request.app[ENGINE]
-    model = str(request.app[INFO]["model_path"])
-    cid = ("chatcmpl-" if chat else "cmpl-") + rid
-    created = int(time.time())
-    kind = "chat.completion" if chat else "text_completion"
-    adm, steps = await _run(engine, tokens, max_new)
-
-    def usage(n: int) -> dict[str, Any]:
-        return {
-            "prompt_tokens": adm.prompt_tokens,
-            "completion_tokens": n,
-            "total_tokens": adm.prompt_tokens + n,
-            "prompt_tokens_details": {"cached_tokens": adm.cached_tokens},
-        }
-
-    def choice(text: str, finish: str | None, delta: bool) -> dict[str, Any]:
-        c: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
-        if chat:
-            c["delta" if delta else "message"] = {"role": "assistant", "content": text}
-        else:
-            c["text"] = text
-        return c
-
-    if body.get("stream"):
-
-        async def chunks() -> AsyncIterator[dict[str, Any]]:
-            n = 0
-            obj = kind + ".chunk" if chat else kind
-            every = request.app[ENGINE].stream_interval
-            pending: list[int] = []
-            async for t in steps:
-                n += 1
-                pending.append(t)
-                if n == 1 or (n - 1) % every == 0:
-                    c = choice(detokenize(pending), None, True)
-                    pending = []
-                    yield {"id": cid, "object": obj, "created": created, "model": model,
-                           "choices": [c]}  # fmt: skip
-            if pending:
-                yield {"id": cid, "object": obj, "created": created, "model": model,
-                       "choices": [choice(detokenize(pending), None, True)]}  # fmt: skip
-            yield {"id": cid, "object": obj, "created": created, "model": model,
-                   "choices": [choice("", "length", True)], "usage": usage(n)}  # fmt: skip
-
-        try:
-            return await _sse(request, chunks())
-        finally:  # a client that left mid-stream: the request is done (running count, KV)
-            await steps.aclose()
-    out = [t async for t in steps]
-    return web.json_response(
-        {"id": cid, "object": kind, "created": created, "model": model,
-         "choices": [choice(detokenize(out), "length", False)], "usage": usage(len(out))},
-        headers={"X-Request-Id": rid},
-    )  # fmt: skip
 
 
 async def loads(request: web.Request) -> web.Response:
@@ -325,9 +200,16 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(text="")
 
 
-async def models(request: web.Request) -> web.Response:
-    model = request.app[INFO]["model_path"]
-    return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+async def model_info(request: web.Request) -> web.Response:
+    """SGLang's ``/model_info`` (what its gateway reads when a worker registers)."""
+    info = request.app[INFO]
+    return web.json_response({
+        "model_path": info["model_path"], "served_model_name": info["served_model_name"],
+        "tokenizer_path": info["tokenizer_path"], "is_generation": True,
+        "preferred_sampling_params": None, "weight_version": "default",
+        "has_image_understanding": False, "has_audio_understanding": False,
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+    })  # fmt: skip
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -345,6 +227,8 @@ def build_app(engine: Engine, info: ServerInfo) -> web.Application:
     app.router.add_get("/v1/loads", loads)
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/model_info", model_info)
+    app.router.add_get("/get_model_info", model_info)
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health)
     app.router.add_get("/v1/models", models)

@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import zmq.asyncio
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from kvcompass.errors import ConfigError
 from workers.emulated.cache import PrefixCache
@@ -68,6 +70,26 @@ class EmulatedConfig:
             raise ConfigError(f"stream_interval: expected >= 1, got {self.stream_interval}")
         if self.torch_threads < 1:
             raise ConfigError(f"torch_threads: expected >= 1, got {self.torch_threads}")
+
+
+log = logging.getLogger(__name__)
+
+
+class _Http2ProbeFilter(logging.Filter):
+    """SGLang's gateway (sgl-router) first probes each worker for gRPC, i.e. HTTP/2 with prior
+    knowledge; aiohttp answers the preface with 400 and would log it as an error with a
+    traceback. A probe is not a fault of this server: one debug line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, BadHttpMessage) and "PRI/Upgrade" in str(exc):
+            log.debug("HTTP/2 (gRPC) probe on the HTTP/1.1 port answered 400")
+            return False
+        return True
+
+
+_HTTP_LOG = logging.getLogger("workers.emulated.http")
+_HTTP_LOG.addFilter(_Http2ProbeFilter())
 
 
 def kv_events_fields(raw: str) -> dict[str, Any]:
@@ -149,7 +171,7 @@ class EmulatedWorker:
 
     async def start(self) -> None:
         app = build_app(self.engine, self.info)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, logger=_HTTP_LOG)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
         await site.start()

@@ -91,6 +91,11 @@ def test_chat_body_and_chunk__reshaped_to_chat_objects() -> None:
     assert body["id"] == "chatcmpl-7" and body["object"] == "chat.completion"
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "hey"}
     assert body["usage"] == comp["usage"]
-    chunk = shapes.chat_chunk(comp)
+    started: set[int] = set()
+    chunk = shapes.chat_chunk(comp, started)
     assert chunk["object"] == "chat.completion.chunk"
-    assert chunk["choices"][0]["delta"]["content"] == "hey"
+    assert chunk["choices"][0]["delta"] == {"role": "assistant", "content": "hey"}
+    later = shapes.chat_chunk({**comp, "choices": [{"index": 0, "text": "!"}]}, started)
+    assert later["choices"][0]["delta"] == {"content": "!"}  # role only in the first delta
+    usage_only = shapes.chat_chunk({**comp, "choices": []}, started)
+    assert usage_only["choices"] == [] and usage_only["usage"] == comp["usage"]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from edge.tokenizer import ByteTokenizer, make_tokenizer
 from kvcompass.byte_tokenizer import tokenize
 from kvcompass.errors import ConfigError
-from workers.emulated import server
+from workers.emulated import openai_api
 
 
 @settings(max_examples=100, deadline=None)
@@ -35,7 +35,7 @@ def test_encode__same_ids_as_the_emulated_worker(text: str) -> None:
     )
 )  # fmt: skip
 def test_chat__same_ids_as_the_emulated_worker_template(messages: list[dict[str, str]]) -> None:
-    assert ByteTokenizer().chat(messages) == server._chat_tokens(messages)
+    assert ByteTokenizer().chat(messages) == openai_api.chat_tokens(messages)
 
 
 def test_make_tokenizer__unknown_spec_refused() -> None:
