@@ -300,14 +300,17 @@ class KVCompass(Scheme):
             self.patches_lost += 1
             return
         net, mu = self.ctx.network, self.maintenance_region
+        shipment = _Shipment(patches)
         for o in range(len(self.views)):
             # Patches of a shard travel one ordered partition: never overtake an earlier batch.
             at = max(now + cfg.index_delay_ms + net.sample_ms(mu, o), self._index_at[o])
             self._index_at[o] = at
-            self.ctx.schedule(at, functools.partial(self._apply, o, patches), priority=2)
+            self.ctx.schedule(at, functools.partial(self._apply, o, shipment), priority=2)
 
-    def _apply(self, region: int, patches: list[ShardPatch], at_ms: float) -> None:
-        self.views[region].apply_all(patches)
+    def _apply(self, region: int, shipment: _Shipment, at_ms: float) -> None:
+        # Every edge's view applies the same patches: the first validates, the others trust.
+        self.views[region].apply_all(shipment.patches, checked=shipment.checked)
+        shipment.checked = True
 
     def finish(self) -> dict[str, float]:
         return {
@@ -319,6 +322,16 @@ class KVCompass(Scheme):
             "migrations_asked": float(self.migrations_asked),
             "index_entries": float(self.index.entries()),
         }
+
+
+class _Shipment:
+    """One window's patches on their way to every edge (``checked`` once one view applied them)."""
+
+    __slots__ = ("checked", "patches")
+
+    def __init__(self, patches: list[ShardPatch]) -> None:
+        self.patches = patches
+        self.checked = False
 
 
 def _region_index(dep: Deployment, name: str) -> int:
