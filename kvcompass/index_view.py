@@ -226,8 +226,11 @@ class IndexView:
             return Offer.SKIP_EPOCH
         return Offer.APPLY
 
-    def apply(self, patch: ShardPatch) -> Offer:
-        """Apply one patch if the sequencer allows; idempotent for repeated images of one seq."""
+    def apply(self, patch: ShardPatch, *, checked: bool = False) -> Offer:
+        """Apply one patch if the sequencer allows; idempotent for repeated images of one seq.
+
+        ``checked``: its batch was already validated by another view of the same layout
+        (``LudoView.apply``'s trusted path)."""
         decision = self.offer(patch)
         if decision is not Offer.APPLY:
             return decision
@@ -237,7 +240,7 @@ class IndexView:
         epoch = batch.params.epoch
         current = self.views[vid] if self.present[vid] else None
         if current is not None and epoch == current.params.epoch:
-            current.apply(batch)
+            current.apply(batch, checked=checked)
             if batch.header:
                 self._params[vid] = current.params.to_array()
                 if self._on_params is not None:
@@ -276,9 +279,9 @@ class IndexView:
                 return v.params
         return None
 
-    def apply_all(self, patches: Iterable[ShardPatch]) -> int:
-        """Apply in order; return how many were applied."""
-        return sum(self.apply(p) is Offer.APPLY for p in patches)
+    def apply_all(self, patches: Iterable[ShardPatch], *, checked: bool = False) -> int:
+        """Apply in order; return how many were applied (``checked``: see ``apply``)."""
+        return sum(self.apply(p, checked=checked) is Offer.APPLY for p in patches)
 
     # -- lookups ----------------------------------------------------------------------------
     def plan(self, origin: int) -> NDArray[np.int64]:

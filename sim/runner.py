@@ -278,6 +278,7 @@ class Run:
             region=r,
             region_workers=ws[:0] if lost else ws,
             queue_ms=queue,
+            queue_taken_ms=-np.inf if lost or reading is None else reading.taken_ms,
         )
         self.loop.schedule(max(resp.arrive_ms, at), self._on_response, resp, PRIO_RESPONSE)
 

@@ -23,17 +23,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-CONTRACT_FIELDS = (
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "e2e_p99_ms",
-    "throughput_tok_s",
-    "peak_load_factor",
-    "hit_rate",
-    "reused_tokens",
-    "recomputed_tokens",
-)
-
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -47,7 +36,13 @@ def register(subparsers: Any) -> None:
     src.add_argument("--trace", type=Path, default=None, help="trace file (e.g. Mooncake JSONL)")
     p.add_argument("--trace-format", default="mooncake", help="trace format (default mooncake)")
     p.add_argument("--trace-block-size", type=int, default=512, help="tokens per trace hash id")
-    p.add_argument("--rate", type=float, nargs="+", default=[3000.0], help="arrivals per second")
+    p.add_argument(
+        "--rate",
+        type=float,
+        nargs="+",
+        default=None,
+        help="arrivals per second (default: a trace at its own timing, a workload at 3000)",
+    )
     p.add_argument("--requests", type=int, default=20000, help="requests per run")
     p.add_argument(
         "--schemes", default="all", help="all | ablations | comma-separated scheme names"
@@ -159,7 +154,11 @@ def run(args: argparse.Namespace) -> int:
         console=console,
         disable=args.quiet,
     ) as bar:
-        for rate in args.rate:
+        rates: list[float | None] = list(args.rate) if args.rate else [None]
+        if args.trace is not None:
+            how = "at its own timing" if args.rate is None else "rescaled to the given mean rate"
+            console.print(f"trace {args.trace}: replayed {how}")
+        for rate in rates:
             if args.trace is not None:
                 wl = experiment.load_trace_workload(
                     args.trace,
@@ -173,7 +172,13 @@ def run(args: argparse.Namespace) -> int:
                 )
             else:
                 wl = experiment.make_workload(
-                    wl_name, args.requests, rate, dep, args.seed, args.origins
+                    wl_name, args.requests, rate or 3000.0, dep, args.seed, args.origins
+                )
+            if rate is None:  # the trace's own mean rate, for the tables
+                span_s = float(wl.arrival_ms[-1] - wl.arrival_ms[0]) / 1000.0 if len(wl) else 0.0
+                rate = (len(wl) - 1) / span_s if span_s > 0 else 0.0
+                console.print(
+                    f"own timing: {len(wl):,} requests over {span_s:,.0f} s = {rate:,.2f}/s"
                 )
             requests = None
             for value in values:
@@ -232,31 +237,28 @@ class _Tasks:
         self.bar.advance(self.tasks[name], k)
 
 
-SHORT = {
-    "ttft_p50_ms": "TTFT p50 ms",
-    "ttft_p99_ms": "TTFT p99 ms",
-    "e2e_p99_ms": "E2E p99 ms",
-    "throughput_tok_s": "tok/s",
-    "peak_load_factor": "peak LF",
-    "hit_rate": "hit",
-    "reused_tokens": "reused",
-    "recomputed_tokens": "recomp.",
-    "false_hit_rate": "false hit",
-    "sim_requests_per_s": "sim req/s",
-}
-
-
 def _print_table(console: Any, sets: list[Any], table_cls: Any) -> None:
+    from sim import tables
+
     for s in sets:
-        title = f"rate {s.rate:g}/s" + (f", {s.knob}={s.value:g}" if s.knob else "")
+        title = f"rate {s.rate:,g}/s" + (f", {s.knob}={s.value:g}" if s.knob else "")
+        summaries = {name: r.summary for name, r in s.results.items()}
+        comp = tables.comparison(summaries)
         t = table_cls(title=title)
-        t.add_column("scheme")
-        for f in (*CONTRACT_FIELDS, "false_hit_rate", "sim_requests_per_s"):
-            t.add_column(SHORT[f], justify="right")
-        for name, r in s.results.items():
-            row = [name]
-            for f in (*CONTRACT_FIELDS, "false_hit_rate", "sim_requests_per_s"):
-                v = r.summary.get(f, float("nan"))
-                row.append(f"{v:.3f}" if abs(v) < 100 else f"{v:.4g}")
+        for i, h in enumerate(comp.headers):
+            t.add_column(h, justify="left" if i == 0 else "right")
+        for row in comp.rows:
             t.add_row(*row)
+        if comp.ideal_rows:
+            t.add_section()
+            for row in comp.ideal_rows:
+                t.add_row(f"{row[0]} (reference)", *row[1:], style="dim")
         console.print(t)
+        line = tables.verdict(summaries)
+        if line:
+            console.print(line)
+        speeds = ", ".join(
+            f"{name} {r.summary.get('sim_requests_per_s', 0.0):,.0f}"
+            for name, r in s.results.items()
+        )
+        console.print(f"simulated requests per second: {speeds}", style="dim")

@@ -138,11 +138,14 @@ class LudoView:
             kernels.lookup_one(self._parr, a.seeds, a.values, a.fps, a.locator, np.uint64(key))
         )
 
-    def apply(self, batch: PatchBatch) -> None:
+    def apply(self, batch: PatchBatch, *, checked: bool = False) -> None:
         """Apply a batch: adopt its params if ``header``, then bucket images, then words.
 
         The batch must be of this view's epoch and sizes (a new epoch needs a new view). A
         non-header batch is applied with the view's current seeds (images do not depend on them).
+        ``checked``: the caller already validated this very batch against a view of the same
+        params (its arrays' dtypes, shapes and id ranges), so the array checks are skipped; the
+        epoch and size checks always run. The simulator applies each patch to one view per edge.
         """
         if not isinstance(batch, PatchBatch):
             raise InvalidInputError(f"batch: expected PatchBatch, got {type(batch).__name__}")
@@ -154,7 +157,8 @@ class LudoView:
             )
         if not _same_sizes(p, self._params):
             raise InvalidInputError(f"batch params: expected sizes of {self._params}, got {p}")
-        self._check_batch(batch)
+        if not checked:
+            self._check_batch(batch)
         a = self._arrays
         if not all(x.flags.writeable for x in (a.seeds, a.values, a.fps, a.locator)):
             raise InvalidInputError("view arrays: expected writable arrays to apply, got read-only")

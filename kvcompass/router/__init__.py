@@ -9,6 +9,7 @@ from kvcompass.router.belief import CacheBelief
 from kvcompass.router.config import RouterConfig
 from kvcompass.router.decision import Decision, ScoreTerms
 from kvcompass.router.hot_prefix import HotPrefixTracker, MigrationMode, MigrationRequest
+from kvcompass.router.inflight import InflightOverlay
 from kvcompass.router.queue_view import BroadcastSchedule, QueueView, broadcast_targets
 from kvcompass.router.router import QueueVector, Router
 from kvcompass.router.score import capacity_price, score_workers
@@ -18,6 +19,7 @@ __all__ = [
     "CacheBelief",
     "Decision",
     "HotPrefixTracker",
+    "InflightOverlay",
     "MigrationMode",
     "MigrationRequest",
     "QueueVector",

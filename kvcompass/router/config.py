@@ -106,6 +106,12 @@ class RouterConfig:
     to its queue estimate, so one burst does not pile onto the same stale-idle worker."""
     use_belief: bool = True
     """False: b_r = 1 for every worker."""
+    inflight_work: bool = True
+    """True (beyond the paper): the herding guard keeps each forward until a reading taken after
+    it landed, and counts the forwards other edges report (``kvcompass.router.forwards``)."""
+    inflight_overlay: bool = True
+    """True (beyond the paper): a prompt this edge forwarded counts as held by its target until
+    the index can confirm it (``kvcompass.router.inflight``)."""
 
     def __post_init__(self) -> None:
         positive = {

@@ -14,10 +14,12 @@ Refresh channels
 
 Herding guard (beyond the paper): between refreshes the estimate of r does not see the
 requests this edge itself just sent to r, so a burst would pile onto one stale-idle worker.
-``on_forward`` adds each forward's predicted prefill time to ``pending_ms[r]``; any refresh of
-r zeroes it, since the fresh reading includes that work. Known approximation: a remote reading
-taken before in-flight forwards reached r also zeroes them (under-counts by at most one RTT of
-this edge's own traffic to r).
+``on_forward`` adds each forward's predicted prefill time to ``pending_ms[r]``. Without arrival
+times (or with ``RouterConfig.inflight_work`` off) any refresh of r zeroes it, since the fresh
+reading includes that work; a remote reading taken before in-flight forwards reached r then
+under-counts by up to one RTT of this edge's traffic to r. With arrival times and the ledger
+(``kvcompass.router.forwards``), a refresh keeps exactly the forwards landing after the reading
+was taken, plus those other edges reported (``on_peer_in_flight``).
 
 The arrays may be views into the Router's packed score state (rows of one matrix), so the
 score kernel reads them without copying; this class only ever writes them in place.
@@ -38,6 +40,7 @@ from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
 from kvcompass.router.config import RouterConfig
+from kvcompass.router.forwards import ForwardLedger
 
 
 def broadcast_targets(
@@ -92,12 +95,14 @@ class QueueView:
         "_config",
         "_local_ids",
         "idle_since_ms",
+        "ledger",
         "n_regions",
         "origin",
         "pending_ms",
         "queue_ms",
         "refreshed_ms",
         "region_refreshed_ms",
+        "taken_ms",
         "worker_region",
     )
 
@@ -126,6 +131,9 @@ class QueueView:
                 raise InvalidInputError(f"expected {name} float64 ({n},), got {buf.shape}")
             buf[:] = 0.0
         self.refreshed_ms = np.full(n, -np.inf)
+        self.taken_ms = np.full(n, -np.inf)
+        """When each worker's last reading was taken (= refreshed, unless the shell said)."""
+        self.ledger = ForwardLedger(n) if config.inflight_work else None
         self.idle_since_ms = np.full(n, np.inf)
         self.region_refreshed_ms = np.full(n_regions, -np.inf)
 
@@ -134,12 +142,18 @@ class QueueView:
         """Ids of the workers in the edge's own region, in the order ``set_local`` expects."""
         return self._local_ids
 
-    def set_local(self, queue_ms: NDArray[np.float64], now_ms: float) -> None:
-        """Live readings for the local workers (in ``local_workers`` order) replace estimates."""
+    def set_local(
+        self, queue_ms: NDArray[np.float64], now_ms: float, taken_ms: float | None = None
+    ) -> None:
+        """Live readings for the local workers (in ``local_workers`` order) replace estimates.
+
+        ``taken_ms``: when the readings were produced (default ``now_ms``); with the in-flight
+        ledger on, known forwards landing after it stay pending."""
         values = _as_vector(queue_ms, self._local_ids.shape[0], "local queue_ms")
         if self._refresh(self._local_ids, values, now_ms, -1, ewma=False):
             _check_values(values, values.shape[0], "local queue_ms")
         self.region_refreshed_ms[self.origin] = now_ms
+        self._after_refresh(self._local_ids, now_ms if taken_ms is None else taken_ms)
 
     def on_vector(
         self,
@@ -147,8 +161,12 @@ class QueueView:
         worker_ids: NDArray[np.int64],
         queue_ms: NDArray[np.float64],
         now_ms: float,
+        taken_ms: float | None = None,
     ) -> None:
-        """Fold in a piggybacked or broadcast vector of ``region`` (EWMA; live if local)."""
+        """Fold in a piggybacked or broadcast vector of ``region`` (EWMA; live if local).
+
+        ``taken_ms``: when the vector's readings were produced (its ``seq``; default ``now_ms``).
+        """
         if not 0 <= region < self.region_refreshed_ms.shape[0]:
             raise InvalidInputError(
                 f"expected region in [0, {self.region_refreshed_ms.shape[0]}), got {region}"
@@ -162,6 +180,39 @@ class QueueView:
         if self._refresh(ids, values, now_ms, region, ewma=region != self.origin):
             self._raise_vector_problem(region, ids, values)
         self.region_refreshed_ms[region] = now_ms
+        self._after_refresh(ids, now_ms if taken_ms is None else taken_ms)
+
+    def _after_refresh(self, ids: NDArray[np.int64], taken_ms: float) -> None:
+        """The refresh zeroed ``pending_ms``; put back what the readings cannot include."""
+        self.taken_ms[ids] = taken_ms
+        ledger = self.ledger
+        if ledger is None:
+            return
+        pending = self.pending_ms
+        for w in ids.tolist():
+            pending[w] = ledger.pending_after(w, taken_ms)
+
+    def on_peer_in_flight(
+        self, source_region: int, entries: list[tuple[int, float, float]]
+    ) -> None:
+        """Region ``source_region``'s edge reported its forwards not yet landed
+        (worker, arrive_ms, work_ms); they replace its previous report."""
+        ledger = self.ledger
+        if ledger is None or source_region == self.origin:
+            return
+        n = self.worker_region.shape[0]
+        for w, _, work in entries:
+            if not (0 <= w < n and math.isfinite(work) and work >= 0):
+                raise InvalidInputError(
+                    f"expected in-flight entries (worker in [0, {n}), work >= 0), got {(w, work)}"
+                )
+        pending, taken = self.pending_ms, self.taken_ms
+        for w in ledger.set_peer(source_region, entries):
+            pending[w] = ledger.pending_after(w, float(taken[w]))
+
+    def own_in_flight(self, now_ms: float) -> list[tuple[int, float, float]]:
+        """This edge's forwards not landed at ``now_ms``, for its region's broadcast."""
+        return [] if self.ledger is None else self.ledger.own_in_flight(now_ms)
 
     def _raise_vector_problem(
         self, region: int, ids: NDArray[np.int64], values: NDArray[np.float64]
@@ -176,12 +227,18 @@ class QueueView:
             f"{self.worker_region[ids].tolist()} for ids {ids.tolist()}"
         )
 
-    def on_forward(self, worker: int, predicted_ms: float, now_ms: float) -> None:
-        """This edge sent ``predicted_ms`` of prefill work to ``worker`` at ``now_ms``."""
+    def on_forward(
+        self, worker: int, predicted_ms: float, now_ms: float, arrive_ms: float | None = None
+    ) -> None:
+        """This edge sent ``predicted_ms`` of prefill work to ``worker`` at ``now_ms``; it lands
+        at ``arrive_ms`` (the ledger counts it until a reading taken after that; without an
+        arrival time it is counted until the worker's next refresh)."""
         if not (math.isfinite(predicted_ms) and predicted_ms >= 0):
             raise InvalidInputError(f"expected predicted_ms finite >= 0, got {predicted_ms}")
         self.pending_ms[worker] += predicted_ms
         self.idle_since_ms[worker] = np.inf
+        if self.ledger is not None and arrive_ms is not None:
+            self.ledger.add_own(worker, arrive_ms, predicted_ms)
 
     def staleness_ms(self, now_ms: float) -> NDArray[np.float64]:
         """(W,) time since each worker's estimate was refreshed; +inf if never."""

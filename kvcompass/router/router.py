@@ -170,9 +170,12 @@ class Router:
             terms,
         )
 
-    def on_forward(self, decision: Decision, now_ms: float) -> None:
-        """The edge forwarded ``decision``'s request: count its work until the next refresh."""
-        self.queue_view.on_forward(decision.worker, decision.predicted_service_ms, now_ms)
+    def on_forward(self, decision: Decision, now_ms: float, arrive_ms: float | None = None) -> None:
+        """The edge forwarded ``decision``'s request (landing at ``arrive_ms`` if known): count
+        its work until a reading includes it."""
+        self.queue_view.on_forward(
+            decision.worker, decision.predicted_service_ms, now_ms, arrive_ms
+        )
 
     def observe(
         self,
@@ -203,13 +206,18 @@ class Router:
         reused_tokens: int,
         now_ms: float,
         queue_vector: QueueVector | None = None,
+        vector_taken_ms: float | None = None,
     ) -> None:
         """A response came back: update b_worker and fold in a piggybacked queue vector."""
         self.belief.update(worker, claimed_tokens, reused_tokens)
         if queue_vector is not None:
             region, ids, queue_ms = queue_vector
             self.queue_view.on_vector(
-                region, np.asarray(ids, np.int64), np.asarray(queue_ms, np.float64), now_ms
+                region,
+                np.asarray(ids, np.int64),
+                np.asarray(queue_ms, np.float64),
+                now_ms,
+                vector_taken_ms,
             )
 
     def on_broadcast(
@@ -218,15 +226,33 @@ class Router:
         worker_ids: NDArray[np.int64] | list[int],
         queue_ms: NDArray[np.float64] | list[float],
         now_ms: float,
+        taken_ms: float | None = None,
     ) -> None:
-        """A periodic queue-vector broadcast from ``region`` arrived."""
+        """A periodic queue-vector broadcast (or a local poll) of ``region`` arrived."""
         self.queue_view.on_vector(
-            region, np.asarray(worker_ids, np.int64), np.asarray(queue_ms, np.float64), now_ms
+            region,
+            np.asarray(worker_ids, np.int64),
+            np.asarray(queue_ms, np.float64),
+            now_ms,
+            taken_ms,
         )
 
-    def set_local_queues(self, queue_ms: NDArray[np.float64] | list[float], now_ms: float) -> None:
+    def set_local_queues(
+        self,
+        queue_ms: NDArray[np.float64] | list[float],
+        now_ms: float,
+        taken_ms: float | None = None,
+    ) -> None:
         """Live queue readings of the local workers (``queue_view.local_workers`` order)."""
-        self.queue_view.set_local(np.asarray(queue_ms, np.float64), now_ms)
+        self.queue_view.set_local(np.asarray(queue_ms, np.float64), now_ms, taken_ms)
+
+    def on_peer_in_flight(self, region: int, entries: list[tuple[int, float, float]]) -> None:
+        """The edge of ``region`` reported its forwards not yet landed (worker, arrive, work)."""
+        self.queue_view.on_peer_in_flight(region, entries)
+
+    def in_flight(self, now_ms: float) -> list[tuple[int, float, float]]:
+        """This edge's forwards not yet landed at ``now_ms`` (sent with its region's vector)."""
+        return self.queue_view.own_in_flight(now_ms)
 
     def set_unroutable(self, workers: Iterable[int]) -> None:
         """Workers the caller cannot forward to (an edge with no URL for them): their WAN term

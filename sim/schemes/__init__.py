@@ -24,6 +24,8 @@ _ENTRIES: dict[str, str] = {
     "kvcompass_no_migration": "sim.schemes.kvcompass:NoMigration",
     "kvcompass_no_herding_guard": "sim.schemes.kvcompass:NoHerdingGuard",
     "kvcompass_no_belief": "sim.schemes.kvcompass:NoBelief",
+    "kvcompass_no_inflight": "sim.schemes.kvcompass:NoInflight",
+    "kvcompass_no_inflight_work": "sim.schemes.kvcompass:NoInflightWork",
     "consistent_hash": "sim.schemes.consistent_hash:ConsistentHash",
     "chord": "sim.schemes.chord:Chord",
     "planetserve": "sim.schemes.planetserve:PlanetServe",

@@ -103,6 +103,8 @@ class Response:
     region: int
     region_workers: NDArray[np.int64]
     queue_ms: NDArray[np.float64]
+    queue_taken_ms: float = -np.inf
+    """When the piggybacked readings were taken (the poll's ``taken_ms``)."""
 
 
 @dataclass(frozen=True, slots=True)

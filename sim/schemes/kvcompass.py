@@ -30,14 +30,13 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
-from numpy.typing import NDArray
 
 from kvcompass.deployment import Deployment
 from kvcompass.errors import ConfigError
 from kvcompass.index import DiscoveryIndex, ShardPatch
 from kvcompass.index_view import IndexView
 from kvcompass.layout import TableLayout
-from kvcompass.router import BroadcastSchedule, Router, RouterConfig
+from kvcompass.router import BroadcastSchedule, InflightOverlay, Router, RouterConfig
 from kvcompass.types import Tier
 from sim.schemes.base import (
     CacheEventBatch,
@@ -54,6 +53,9 @@ _KIND_CODE = np.array([0, int(Tier.VRAM), int(Tier.DRAM), int(Tier.NONE)], dtype
 
 QUEUE_ENTRY_BYTES = 2
 """Bytes per worker in a queue vector (a 16-bit ms estimate), plus an 8-byte header."""
+IN_FLIGHT_ENTRY_BYTES = 6
+"""Bytes per in-flight forward in a broadcast: worker (16 bits), landing offset and work (16-bit
+ms each)."""
 
 
 class KVCompass(Scheme):
@@ -88,6 +90,16 @@ class KVCompass(Scheme):
             self.views.append(view)
         self.schedules = [
             BroadcastSchedule(r, n_regions, rc.broadcast_period_ms) for r in range(n_regions)
+        ]
+        self.overlays = [InflightOverlay(dep.n_workers) for _ in range(n_regions)]
+        net, mu = ctx.network, self.maintenance_region
+        self._one_way = [[net.one_way_ms(a, b) for b in range(n_regions)] for a in range(n_regions)]
+        # _confirm_ms[r][o]: a registration by a worker of r reaches the view of o (static
+        # matrix, a whole batch window): what the in-flight overlay waits for.
+        path_ms = cfg.index_batch_ms + cfg.index_delay_ms
+        self._confirm_ms = [
+            [self._one_way[r][mu] + path_ms + self._one_way[mu][o] for o in range(n_regions)]
+            for r in range(n_regions)
         ]
         self._workers_of = [dep.workers_of(r) for r in range(n_regions)]
         self._worker_region = dep.worker_region.tolist()
@@ -127,23 +139,40 @@ class KVCompass(Scheme):
     def _on_local_loads(self, reading: LoadReading) -> None:
         """The edge's own poll answered: readings replace the local estimates (edge/loads.py)."""
         r = reading.region
-        self.routers[r].on_broadcast(r, reading.workers, reading.queue_ms, reading.at_ms)
+        self.routers[r].on_broadcast(
+            r, reading.workers, reading.queue_ms, reading.at_ms, reading.taken_ms
+        )
 
     def _broadcast(self, now: float) -> None:
+        """Every Δ: each region's last poll reading to the regions due a vector, and its edge's
+        forwards still in flight to every region (a peer learns them one WAN late)."""
         net, loads = self.ctx.network, self.ctx.loads
+        share = self.router_config.inflight_work
         for r, sched in enumerate(self.schedules):
             reading = loads.last(r)
-            if reading is None:
-                continue
-            ws, vec = reading.workers, reading.queue_ms
-            for o in sched.targets(now).tolist():
-                self.queue_bytes += 8 + QUEUE_ENTRY_BYTES * ws.size
-                net.send("queue", r, o, now, self._on_broadcast, (o, r, ws, vec))
+            due = set(sched.targets(now).tolist()) if reading is not None else set()
+            flying = self.routers[r].in_flight(now) if share else []
+            for o in range(len(self.schedules)):
+                if o == r or (o not in due and not flying):
+                    continue
+                vec = reading if o in due else None
+                self.queue_bytes += 8 + IN_FLIGHT_ENTRY_BYTES * len(flying)
+                if vec is not None:
+                    self.queue_bytes += QUEUE_ENTRY_BYTES * vec.workers.size
+                net.send("queue", r, o, now, self._on_broadcast, (o, r, vec, flying))
         self.ctx.schedule(now + self.router_config.broadcast_period_ms, self._broadcast)
 
-    def _on_broadcast(self, at: float, payload: tuple[int, int, NDArray[np.int64], Any]) -> None:
-        o, r, ws, vec = payload
-        self.routers[o].on_broadcast(r, ws, vec, at)
+    def _on_broadcast(
+        self,
+        at: float,
+        payload: tuple[int, int, LoadReading | None, list[tuple[int, float, float]]],
+    ) -> None:
+        o, r, reading, flying = payload
+        router = self.routers[o]
+        if reading is not None:
+            router.on_broadcast(r, reading.workers, reading.queue_ms, at, reading.taken_ms)
+        if self.router_config.inflight_work:
+            router.on_peer_in_flight(r, flying)
 
     # -- forwarding -----------------------------------------------------------------------------
     def route(self, req: int, now_ms: float) -> Route:
@@ -151,8 +180,21 @@ class KVCompass(Scheme):
         router = self.routers[o]
         lengths, keys = self._requests.query_of(req, o)
         match = self.views[o].match_keys(o, lengths, keys)
-        decision = router.choose(self._prompt[req], match.matched_tokens, match.tiers, now_ms)
-        router.on_forward(decision, now_ms)
+        matched, tiers = match.matched_tokens, match.tiers
+        overlay = self.overlays[o] if self.router_config.inflight_overlay else None
+        if overlay is not None:
+            matched, tiers, _ = overlay.overlay(keys, matched, tiers, now_ms)
+        decision = router.choose(self._prompt[req], matched, tiers, now_ms)
+        if overlay is not None and keys.size:
+            w = decision.worker
+            r = self._worker_region[w]
+            qv = router.queue_view
+            # Predicted finish at w (forward + queue estimate + service), then the index path.
+            done = now_ms + self._one_way[o][r] + qv.queue_ms[w] + qv.pending_ms[w]
+            done += decision.predicted_service_ms
+            overlay.hold(lengths, keys, w, done + self._confirm_ms[r][o])
+        w = decision.worker
+        router.on_forward(decision, now_ms, now_ms + self._one_way[o][self._worker_region[w]])
         if self.router_config.migration and keys.size:
             family = self._family[req]
             for m in router.observe(family, match.matched_tokens, decision, now_ms):
@@ -185,8 +227,21 @@ class KVCompass(Scheme):
             self.schedules[resp.region].note_piggyback(resp.origin, resp.sent_ms)
             self.queue_bytes += QUEUE_ENTRY_BYTES * int(resp.queue_ms.size)
         router.on_response(
-            resp.worker, resp.claimed_tokens, resp.reused_tokens, resp.arrive_ms, vector
+            resp.worker,
+            resp.claimed_tokens,
+            resp.reused_tokens,
+            resp.arrive_ms,
+            vector,
+            resp.queue_taken_ms if vector is not None else None,
         )
+        if self.router_config.inflight_overlay:
+            # The prefill finished one WAN before its response: the index shows it one index
+            # path after that.
+            o, r = resp.origin, resp.region
+            lengths, keys = self._requests.query_of(resp.req, o)
+            if keys.size:
+                done = resp.arrive_ms - self._one_way[r][o]
+                self.overlays[o].hold(lengths, keys, resp.worker, done + self._confirm_ms[r][o])
 
     def on_cache_events(self, batch: CacheEventBatch) -> None:
         """The worker's sidecar publishes: the events reach the maintenance units one WAN later."""
@@ -245,14 +300,17 @@ class KVCompass(Scheme):
             self.patches_lost += 1
             return
         net, mu = self.ctx.network, self.maintenance_region
+        shipment = _Shipment(patches)
         for o in range(len(self.views)):
             # Patches of a shard travel one ordered partition: never overtake an earlier batch.
             at = max(now + cfg.index_delay_ms + net.sample_ms(mu, o), self._index_at[o])
             self._index_at[o] = at
-            self.ctx.schedule(at, functools.partial(self._apply, o, patches), priority=2)
+            self.ctx.schedule(at, functools.partial(self._apply, o, shipment), priority=2)
 
-    def _apply(self, region: int, patches: list[ShardPatch], at_ms: float) -> None:
-        self.views[region].apply_all(patches)
+    def _apply(self, region: int, shipment: _Shipment, at_ms: float) -> None:
+        # Every edge's view applies the same patches: the first validates, the others trust.
+        self.views[region].apply_all(shipment.patches, checked=shipment.checked)
+        shipment.checked = True
 
     def finish(self) -> dict[str, float]:
         return {
@@ -264,6 +322,16 @@ class KVCompass(Scheme):
             "migrations_asked": float(self.migrations_asked),
             "index_entries": float(self.index.entries()),
         }
+
+
+class _Shipment:
+    """One window's patches on their way to every edge (``checked`` once one view applied them)."""
+
+    __slots__ = ("checked", "patches")
+
+    def __init__(self, patches: list[ShardPatch]) -> None:
+        self.patches = patches
+        self.checked = False
 
 
 def _region_index(dep: Deployment, name: str) -> int:
@@ -309,6 +377,21 @@ class NoHerdingGuard(KVCompass):
 
     name: ClassVar[str] = "kvcompass_no_herding_guard"
     router_overrides: ClassVar[dict[str, Any]] = {"herding_guard": False}
+
+
+class NoInflight(KVCompass):
+    """Switch (beyond the paper): no in-flight overlay; only the index says who holds what."""
+
+    name: ClassVar[str] = "kvcompass_no_inflight"
+    router_overrides: ClassVar[dict[str, Any]] = {"inflight_overlay": False}
+
+
+class NoInflightWork(KVCompass):
+    """Switch (beyond the paper): the herding guard's pending work is zeroed at every refresh
+    and edges do not share their in-flight forwards."""
+
+    name: ClassVar[str] = "kvcompass_no_inflight_work"
+    router_overrides: ClassVar[dict[str, Any]] = {"inflight_work": False}
 
 
 class NoBelief(KVCompass):

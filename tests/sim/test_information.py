@@ -38,10 +38,12 @@ def _run(
     n: int = 12,
     gap_ms: float = 150.0,
     origins: tuple[int, ...] = (1, 2, 0),
+    shared: bool = True,
 ) -> Run:
-    """``n`` requests of one prompt family, ``gap_ms`` apart, origins cycling ``origins``."""
+    """``n`` requests of one prompt family (``shared``; else one each), ``gap_ms`` apart,
+    origins cycling ``origins``."""
     dep = three_regions(wan=WAN, workers=(2, 2, 2))
-    prompts = [path(1, 40, i, 4) for i in range(n)]  # 640 shared + 64 own tokens
+    prompts = [path(1 if shared else 2 + i, 40, i, 4) for i in range(n)]  # 640 + 64 tokens
     arrivals = [gap_ms * i for i in range(n)]
     wl = workload(prompts, arrivals, [origins[i % len(origins)] for i in range(n)])
     levels = Levels.from_deployment(dep)
@@ -139,27 +141,27 @@ def test_kvcompass_remote_queues__are_poll_readings_one_wan_late() -> None:
     history: dict[int, list[LoadReading]] = {r: [] for r in range(3)}
     for r in range(3):
         run.loads.subscribe(r, history[r].append)
-    got: list[tuple[float, int, int, Any]] = []
+    got: list[tuple[float, int, LoadReading]] = []
     deliver = scheme._on_broadcast
 
-    def spy(at: float, payload: tuple[int, int, Any, Any]) -> None:
-        o, r, _, vec = payload
-        got.append((at, o, r, vec))
+    def spy(at: float, payload: tuple[int, int, LoadReading | None, Any]) -> None:
+        o, _, reading, _ = payload
+        if reading is not None:
+            got.append((at, o, reading))
         deliver(at, payload)
 
     scheme._on_broadcast = spy  # type: ignore[method-assign]
     run.run()
     assert got
-    for at, o, r, vec in got:
-        wan = run.net.one_way_ms(r, o)
-        sent = [x for x in history[r] if x.at_ms <= at - wan + 1e-9]
-        assert sent, "a vector arrived before any poll of its region could have crossed the WAN"
-        assert any(np.array_equal(x.queue_ms, vec) for x in sent)
+    for at, o, reading in got:
+        wan = run.net.one_way_ms(reading.region, o)
+        assert any(reading is x for x in history[reading.region])  # a poll of the sender
+        assert reading.at_ms <= at - wan + 1e-9  # that crossed the WAN after it was back
 
 
 def test_piggybacked_vector__is_the_serving_regions_last_poll() -> None:
-    # A burst from region c (2 workers, ~64 ms per prompt) overflows to a and b.
-    run = _run("kvcompass", n=60, gap_ms=5.0, origins=(2,))
+    # A burst of unrelated prompts from region c (2 workers, 70 ms each) overflows to a and b.
+    run = _run("kvcompass", n=60, gap_ms=5.0, origins=(2,), shared=False)
     scheme = run.scheme
     history: dict[int, list[LoadReading]] = {r: [] for r in range(3)}
     for r in range(3):
@@ -178,6 +180,7 @@ def test_piggybacked_vector__is_the_serving_regions_last_poll() -> None:
     for resp in remote:
         before = [x for x in history[resp.region] if x.at_ms <= resp.sent_ms]
         np.testing.assert_array_equal(resp.queue_ms, before[-1].queue_ms)
+        assert resp.queue_taken_ms == before[-1].taken_ms
     assert all(r.queue_ms.size == 0 for r in got if r.region == r.origin)
 
 

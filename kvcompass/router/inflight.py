@@ -1,0 +1,121 @@
+"""The edge's in-flight overlay: prefixes it forwarded that the index does not show yet.
+
+Owns, for one edge, the prefix keys of every prompt it forwarded and the worker it sent each to,
+until the index can confirm them. Between a forward and the patch that registers its prefill,
+the index is blind to that prefix for a whole propagation path (WAN to the maintenance units,
+their batch window and pipeline, WAN back); a burst of one family would scatter over workers
+that each recompute it. So the edge counts a forwarded prompt as held by its target from the
+moment it forwards it (SGLang's cache-aware gateway inserts a request into its radix tree at
+routing time for the same reason). The target runs its queue in FIFO order, so any later prompt
+the edge sends there finds the prefix computed when its own turn comes: the overlay's matches are
+scored like VRAM hits.
+
+Timeout, from the cost model rather than a tuned constant: an entry lives until the prefill is
+predicted done (forward one-way + the target's queue estimate + its predicted service) plus
+``confirm_ms``, the time a registration takes to reach this edge (the shell derives it from its
+pipeline: WAN to the maintenance units, batch window, pipeline delay, WAN back). When the
+response comes back, the real finish is known and ``hold`` moves the deadline to it plus the
+same path. After the deadline the view answers alone (held: the index has it; evicted or lost:
+nobody claims it). Must not read the index or the clock: the shell passes keys and ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kvcompass.errors import InvalidInputError
+from kvcompass.types import Tier
+
+
+class InflightOverlay:
+    """Per-key pending holders with deadlines; ``overlay`` raises the view's per-worker match."""
+
+    __slots__ = ("_deadlines", "_entries", "n_workers")
+
+    def __init__(self, n_workers: int) -> None:
+        if n_workers < 1:
+            raise InvalidInputError(f"expected n_workers >= 1, got {n_workers}")
+        self.n_workers = n_workers
+        # key -> {worker: (deadline ms, prefix tokens)}
+        self._entries: dict[int, dict[int, tuple[float, int]]] = {}
+        self._deadlines: list[tuple[float, int, int]] = []  # (deadline, key, worker), a heap
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def hold(
+        self,
+        lengths: NDArray[np.int64],
+        keys: NDArray[np.uint64],
+        worker: int,
+        until_ms: float,
+    ) -> None:
+        """``worker`` holds (or will hold) the prefix of ``lengths[i]`` tokens (key ``keys[i]``)
+        until at least ``until_ms``: at forward time with the predicted deadline, again when the
+        response is back with the real one (a later deadline never shrinks)."""
+        if not 0 <= worker < self.n_workers:
+            raise InvalidInputError(f"expected worker in [0, {self.n_workers}), got {worker}")
+        if lengths.shape != keys.shape:
+            raise InvalidInputError(
+                f"expected lengths and keys of one shape, got {lengths.shape}, {keys.shape}"
+            )
+        entries, heap = self._entries, self._deadlines
+        for n, key in zip(lengths.tolist(), keys.tolist(), strict=True):
+            holders = entries.get(key)
+            if holders is None:
+                holders = entries[key] = {}
+            old = holders.get(worker)
+            if old is None or old[0] < until_ms:
+                holders[worker] = (until_ms, n)
+                heapq.heappush(heap, (until_ms, key, worker))
+
+    def expire(self, now_ms: float) -> None:
+        """Drop every entry whose deadline is at or before ``now_ms``."""
+        entries, heap = self._entries, self._deadlines
+        while heap and heap[0][0] <= now_ms:
+            _, key, worker = heapq.heappop(heap)
+            holders = entries.get(key)
+            if holders is None:
+                continue
+            cur = holders.get(worker)
+            if cur is not None and cur[0] <= now_ms:
+                del holders[worker]
+                if not holders:
+                    del entries[key]
+
+    def overlay(
+        self,
+        keys: NDArray[np.uint64],
+        matched_tokens: NDArray[np.int64],
+        tiers: NDArray[np.uint8],
+        now_ms: float,
+    ) -> tuple[NDArray[np.int64], NDArray[np.uint8], int]:
+        """The view's (W,) answer raised by the pending prefixes among ``keys`` at ``now_ms``.
+
+        Returns (matched, tiers, raised): copies when something was raised (a raised worker's
+        tier is VRAM: see the module docstring), the inputs themselves otherwise; ``raised`` is
+        how many workers got a longer match.
+        """
+        self.expire(now_ms)
+        entries = self._entries
+        if not entries:
+            return matched_tokens, tiers, 0
+        best: dict[int, int] = {}
+        for key in keys.tolist():
+            holders = entries.get(key)
+            if holders is None:
+                continue
+            for w, (_, n) in holders.items():
+                if n > best.get(w, 0):
+                    best[w] = n
+        raised = [w for w, n in best.items() if n > int(matched_tokens[w])]
+        if not raised:
+            return matched_tokens, tiers, 0
+        m, t = matched_tokens.copy(), tiers.copy()
+        for w in raised:
+            m[w] = best[w]
+            t[w] = int(Tier.VRAM)
+        return m, t, len(raised)

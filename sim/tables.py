@@ -1,0 +1,114 @@
+"""Results tables for people: every scheme beside KVCompass, ratios included, ideal rows apart.
+
+Owns the layout and number formatting of one run set's comparison (the CLI prints it with rich,
+sim/README pastes its Markdown): units in the headers, thousands separators, percentages for
+shares, ``×`` ratios to the reference scheme, never scientific notation. ``*_ideal`` references
+(exact live state, sim/README "who knows what, when") come after a separator and are left out of
+``verdict``, which says whether the reference has the lowest P99 TTFT and the highest throughput
+of every other non-ideal scheme. Must not compute metrics (``sim.metrics`` does) or print.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+REFERENCE = "kvcompass"
+
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("ttft_p50_ms", "TTFT P50 ms", "ms"),
+    ("ttft_p99_ms", "TTFT P99 ms", "ms"),
+    ("e2e_p99_ms", "E2E P99 ms", "ms"),
+    ("throughput_tok_s", "throughput tok/s", "count"),
+    ("peak_load_factor", "peak load factor", "factor"),
+    ("hit_rate", "hit rate", "share"),
+    ("false_hit_rate", "false hits", "share"),
+)
+"""(summary field, header, kind) of the value columns, in order."""
+
+RATIO_HEADERS = ("P99 TTFT ÷ KVCompass", "throughput ÷ KVCompass")
+
+THROUGHPUT_SLACK = 0.02
+"""Issue 14's throughput tolerance: within 2% of the best other scheme counts as highest."""
+
+
+def fmt(value: float, kind: str) -> str:
+    """One cell: ``ms``/``count`` as integers with separators, shares in %, factors 2 places."""
+    if not math.isfinite(value):
+        return "—"
+    if kind in ("ms", "count"):
+        return f"{value:,.0f}"
+    if kind == "share":
+        return f"{100.0 * value:.1f}%" if value >= 0.01 or value == 0 else f"{100 * value:.2f}%"
+    if kind == "ratio":
+        return f"{value:,.2f}×"
+    return f"{value:.2f}"
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One run set laid out: headers, the non-ideal rows, the ideal rows (each a list of cells)."""
+
+    headers: list[str]
+    rows: list[list[str]]
+    ideal_rows: list[list[str]]
+
+
+def is_ideal(name: str) -> bool:
+    """An idealised reference (exact live state): shown apart, never a win or a loss."""
+    return name.endswith("_ideal")
+
+
+def comparison(
+    summaries: Mapping[str, Mapping[str, float]], reference: str = REFERENCE
+) -> Comparison:
+    """Every scheme's values and its ratios to ``reference`` (ratios "—" without it)."""
+    ref = summaries.get(reference)
+    headers = ["scheme", *(h for _, h, _ in COLUMNS), *RATIO_HEADERS]
+    rows: list[list[str]] = []
+    ideal: list[list[str]] = []
+    for name, s in summaries.items():
+        cells = [name, *(fmt(float(s.get(f, math.nan)), kind) for f, _, kind in COLUMNS)]
+        p99 = tput = math.nan
+        if ref is not None:
+            p99 = _ratio(s.get("ttft_p99_ms"), ref.get("ttft_p99_ms"))
+            tput = _ratio(s.get("throughput_tok_s"), ref.get("throughput_tok_s"))
+        cells += [fmt(p99, "ratio"), fmt(tput, "ratio")]
+        (ideal if is_ideal(name) else rows).append(cells)
+    return Comparison(headers, rows, ideal)
+
+
+def verdict(summaries: Mapping[str, Mapping[str, float]], reference: str = REFERENCE) -> str:
+    """Does ``reference`` have the lowest P99 TTFT and the highest throughput (2% slack) of the
+    non-ideal schemes? One line saying so, naming the best other scheme on each."""
+    ref = summaries.get(reference)
+    others = {k: v for k, v in summaries.items() if k != reference and not is_ideal(k)}
+    if ref is None or not others:
+        return ""
+    best_p99 = min(others, key=lambda k: float(others[k].get("ttft_p99_ms", math.inf)))
+    best_tput = max(others, key=lambda k: float(others[k].get("throughput_tok_s", 0.0)))
+    p99_ratio = _ratio(others[best_p99].get("ttft_p99_ms"), ref.get("ttft_p99_ms"))
+    tput_ratio = _ratio(others[best_tput].get("throughput_tok_s"), ref.get("throughput_tok_s"))
+    p99_ok = p99_ratio >= 1.0
+    tput_ok = tput_ratio <= 1.0 + THROUGHPUT_SLACK
+    return (
+        f"{reference}: lowest P99 TTFT {'yes' if p99_ok else 'NO'} (best other {best_p99}, "
+        f"{fmt(p99_ratio, 'ratio')} ours); highest throughput {'yes' if tput_ok else 'NO'} "
+        f"(best other {best_tput}, {fmt(tput_ratio, 'ratio')} ours; 2% slack)"
+    )
+
+
+def markdown(table: Comparison) -> str:
+    """The comparison as a Markdown table (ideal rows last, in italics)."""
+    right = "| --- |" + " ---: |" * (len(table.headers) - 1)
+    lines = ["| " + " | ".join(table.headers) + " |", right]
+    lines += ["| " + " | ".join(r) + " |" for r in table.rows]
+    lines += ["| " + " | ".join([f"*{r[0]}*", *r[1:]]) + " |" for r in table.ideal_rows]
+    return "\n".join(lines)
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    if a is None or b is None or not b or not math.isfinite(float(b)):
+        return math.nan
+    return float(a) / float(b)

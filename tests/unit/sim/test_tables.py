@@ -1,0 +1,53 @@
+"""Results tables: readable numbers, ratios to KVCompass, ideal references apart."""
+
+from __future__ import annotations
+
+from sim import tables
+
+RUNS = {
+    "kvcompass": {
+        "ttft_p50_ms": 412.3,
+        "ttft_p99_ms": 10220.0,
+        "throughput_tok_s": 1.0e6,
+        "e2e_p99_ms": 12000.0,
+        "peak_load_factor": 1.06,
+        "hit_rate": 0.426,
+        "false_hit_rate": 0.0014,
+    },
+    "dynamo": {"ttft_p50_ms": 900.0, "ttft_p99_ms": 20440.0, "throughput_tok_s": 1.01e6},
+    "central_directory_ideal": {
+        "ttft_p50_ms": 300.0,
+        "ttft_p99_ms": 5110.0,
+        "throughput_tok_s": 2.0e6,
+    },
+}
+
+
+def test_cells__separators_units_percent_and_no_scientific_notation() -> None:
+    comp = tables.comparison(RUNS)
+    row = comp.rows[0]
+    assert row[:3] == ["kvcompass", "412", "10,220"]
+    assert "1,000,000" in row and "42.6%" in row and "0.14%" in row
+    assert not any("e+" in c for r in comp.rows + comp.ideal_rows for c in r)
+    assert comp.headers[-2:] == list(tables.RATIO_HEADERS)
+
+
+def test_ratios_to_kvcompass__and_ideal_rows_apart() -> None:
+    comp = tables.comparison(RUNS)
+    assert [r[0] for r in comp.rows] == ["kvcompass", "dynamo"]
+    assert [r[0] for r in comp.ideal_rows] == ["central_directory_ideal"]
+    assert comp.rows[1][-2:] == ["2.00×", "1.01×"]
+    assert comp.ideal_rows[0][-2] == "0.50×"
+    md = tables.markdown(comp)
+    assert md.splitlines()[-1].startswith("| *central_directory_ideal* |")
+
+
+def test_verdict__ignores_ideal_and_allows_two_percent_throughput() -> None:
+    line = tables.verdict(RUNS)
+    assert "lowest P99 TTFT yes" in line and "highest throughput yes" in line
+    worse = {
+        **RUNS,
+        "dynamo": {**RUNS["dynamo"], "ttft_p99_ms": 9000.0, "throughput_tok_s": 1.03e6},
+    }
+    line = tables.verdict(worse)
+    assert "lowest P99 TTFT NO" in line and "highest throughput NO" in line
