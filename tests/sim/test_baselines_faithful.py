@@ -131,7 +131,7 @@ def test_oracle__least_loaded_ignores_the_cache() -> None:
 
 def test_dynamo__in_region_events_count_after_one_hop_without_a_broadcast() -> None:
     ctx = FakeContext(three_regions(wan=100.0))
-    dy = Dynamo(ctx)  # type: ignore[arg-type]  # start() never called: no broadcast at all
+    dy = Dynamo(ctx)  # start() never called: no broadcast at all
     warm = ctx.requests.add([1, 2, 3, 4], origin=0)
     store(dy, ctx, 2, warm, 10.0)
     hop = ctx.network.one_way_ms(0, 0)
@@ -143,7 +143,7 @@ def test_dynamo__in_region_events_count_after_one_hop_without_a_broadcast() -> N
 
 def test_dynamo__decode_blocks_do_not_move_a_request_the_cost_model_would_not() -> None:
     ctx = FakeContext(three_regions(wan=100.0, workers=(2, 1, 1)))
-    dy = Dynamo(ctx)  # type: ignore[arg-type]
+    dy = Dynamo(ctx)
     warm = ctx.requests.add([1, 2, 3, 4], origin=0)
     store(dy, ctx, 1, warm, 0.0)
     dy.own_decode[0, 1] = 1000.0  # long streams on worker 1: decode never delays a prefill
