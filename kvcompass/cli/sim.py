@@ -47,7 +47,13 @@ def register(subparsers: Any) -> None:
     src.add_argument("--trace", type=Path, default=None, help="trace file (e.g. Mooncake JSONL)")
     p.add_argument("--trace-format", default="mooncake", help="trace format (default mooncake)")
     p.add_argument("--trace-block-size", type=int, default=512, help="tokens per trace hash id")
-    p.add_argument("--rate", type=float, nargs="+", default=[3000.0], help="arrivals per second")
+    p.add_argument(
+        "--rate",
+        type=float,
+        nargs="+",
+        default=None,
+        help="arrivals per second (default 3000; a trace: its own timing, rescaled if given)",
+    )
     p.add_argument("--requests", type=int, default=20000, help="requests per run")
     p.add_argument(
         "--schemes", default="all", help="all | ablations | comma-separated scheme names"
@@ -159,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
         console=console,
         disable=args.quiet,
     ) as bar:
-        for rate in args.rate:
+        rates: list[float | None] = list(args.rate or [None if args.trace else 3000.0])
+        for asked in rates:
             if args.trace is not None:
                 wl = experiment.load_trace_workload(
                     args.trace,
@@ -168,10 +175,14 @@ def run(args: argparse.Namespace) -> int:
                     dep,
                     args.requests,
                     args.seed,
-                    rate,
+                    asked,
                     args.origins,
                 )
+                rate = asked or experiment.trace_rate_per_s(wl)
+                for note in wl.notes:
+                    console.print(f"{args.trace.name}: {note}")
             else:
+                rate = asked or 3000.0
                 wl = experiment.make_workload(
                     wl_name, args.requests, rate, dep, args.seed, args.origins
                 )
