@@ -133,7 +133,7 @@ def load_trace_workload(
     """Read a trace (``sim.workloads.load_trace``), assign regions, keep the first n requests.
 
     With ``rate_per_s`` the trace's arrivals are rescaled to that mean rate (its inter-arrival
-    shape is kept).
+    shape is kept); with None it is replayed at its own timing. Either way ``notes`` says which.
     """
     load_trace = importlib.import_module("sim.workloads").load_trace
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
@@ -148,12 +148,29 @@ def load_trace_workload(
     )
     if n_requests and n_requests < len(wl):
         wl = wl.slice(0, n_requests)
-    if rate_per_s and len(wl) > 1:
-        span = float(wl.arrival_ms[-1] - wl.arrival_ms[0])
-        if span > 0:
-            scale = (len(wl) - 1) / (rate_per_s / 1e3) / span
-            wl = replace(wl, arrival_ms=(wl.arrival_ms - wl.arrival_ms[0]) * scale)
-    return wl
+    own = trace_rate_per_s(wl)
+    if rate_per_s and len(wl) > 1 and own > 0:
+        scale = own / rate_per_s
+        note = (
+            f"trace rescaled: its own mean rate {own:,.1f} req/s -> {rate_per_s:,.1f} req/s "
+            f"(inter-arrival times x {scale:.4g})"
+        )
+        arrival = (wl.arrival_ms - wl.arrival_ms[0]) * scale
+        return replace(wl, arrival_ms=arrival, notes=(*wl.notes, note))
+    span_s = float(wl.arrival_ms[-1] - wl.arrival_ms[0]) / 1e3 if len(wl) else 0.0
+    note = (
+        f"trace replayed at its own timing: {len(wl):,} requests over {span_s:,.1f} s "
+        f"(mean {own:,.1f} req/s)"
+    )
+    return replace(wl, notes=(*wl.notes, note))
+
+
+def trace_rate_per_s(wl: Workload) -> float:
+    """Mean arrival rate of a workload's own timing ((n - 1) / span; 0 if undefined)."""
+    if len(wl) < 2:
+        return 0.0
+    span = float(wl.arrival_ms[-1] - wl.arrival_ms[0])
+    return (len(wl) - 1) / (span / 1e3) if span > 0 else 0.0
 
 
 def run_all(

@@ -33,6 +33,7 @@ from sim.engine.requests import Requests
 from sim.metrics import Record, load_factor_matrix, summarize
 from sim.network import WanNetwork
 from sim.schemes.base import (
+    HELD,
     CacheEventBatch,
     ClusterShape,
     ExactCache,
@@ -42,6 +43,7 @@ from sim.schemes.base import (
     Network,
     RequestTable,
     Response,
+    Route,
     Scheme,
     check_information,
 )
@@ -97,12 +99,16 @@ class _Context:
         self.rng = rng
         self._loop = loop
         self.horizon_ms = horizon_ms
+        self._dispatch: Callable[[int, Route, float, int], None] = _no_dispatch
 
     def schedule(self, at_ms: float, fn: Callable[[float], None], priority: int = 5) -> None:
         # Scheme timers past the last arrival can affect no decision; dropping them lets the
         # drain terminate although periodic timers reschedule themselves.
         if at_ms <= self.horizon_ms:
             self._loop.schedule(at_ms, _call_fn, fn, priority)
+
+    def dispatch(self, req: int, route: Route, at_ms: float, from_region: int) -> None:
+        self._dispatch(req, route, at_ms, from_region)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,10 @@ class _Shape:
 
 def _call_fn(at_ms: float, fn: Callable[[float], None]) -> None:
     fn(at_ms)
+
+
+def _no_dispatch(req: int, route: Route, at_ms: float, from_region: int) -> None:
+    raise RuntimeError("dispatch before the run started")
 
 
 class Run:
@@ -180,6 +190,7 @@ class Run:
             loop=self.loop,
             horizon_ms=horizon,
         )
+        self.ctx._dispatch = self._dispatch
         self.scheme: Scheme = cls(self.ctx)
         self._wants_events = cls.wants_cache_events
         self._wants_responses = cls.wants_responses
@@ -208,10 +219,11 @@ class Run:
             loop.run_until(t)
             route = scheme.route(i, t)
             w = route.worker
-            arrive = t + route.lookup_ms + net.sample_ms(origin[i], region[w])
-            rec.worker[i] = w
-            rec.claimed[i] = route.claimed_tokens
-            loop.schedule(arrive, self._on_arrive, i, PRIO_WORKER)
+            if w != HELD:
+                arrive = t + route.lookup_ms + net.sample_ms(origin[i], region[w])
+                rec.worker[i] = w
+                rec.claimed[i] = route.claimed_tokens
+                loop.schedule(arrive, self._on_arrive, i, PRIO_WORKER)
             migs = scheme.migrations()
             if migs:
                 for mig in migs:
@@ -226,6 +238,14 @@ class Run:
             progress(req.n % every)
         wall = time.perf_counter() - t0
         return self._result(wall)
+
+    def _dispatch(self, i: int, route: Route, at: float, from_region: int) -> None:
+        """A held request leaves ``from_region`` for its worker (``SchemeContext.dispatch``)."""
+        w = route.worker
+        self.rec.worker[i] = w
+        self.rec.claimed[i] = route.claimed_tokens
+        arrive = at + route.lookup_ms + self.net.sample_ms(from_region, self._region[w])
+        self.loop.schedule(arrive, self._on_arrive, i, PRIO_WORKER)
 
     def _drain(self) -> None:
         self.loop.run_all()

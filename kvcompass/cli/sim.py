@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
         type=float,
         nargs="+",
         default=None,
-        help="arrivals per second (default: a trace at its own timing, a workload at 3000)",
+        help="arrivals per second (default 3000; a trace: its own timing, rescaled if given)",
     )
     p.add_argument("--requests", type=int, default=20000, help="requests per run")
     p.add_argument(
@@ -154,11 +154,8 @@ def run(args: argparse.Namespace) -> int:
         console=console,
         disable=args.quiet,
     ) as bar:
-        rates: list[float | None] = list(args.rate) if args.rate else [None]
-        if args.trace is not None:
-            how = "at its own timing" if args.rate is None else "rescaled to the given mean rate"
-            console.print(f"trace {args.trace}: replayed {how}")
-        for rate in rates:
+        rates: list[float | None] = list(args.rate or [None if args.trace else 3000.0])
+        for asked in rates:
             if args.trace is not None:
                 wl = experiment.load_trace_workload(
                     args.trace,
@@ -167,18 +164,16 @@ def run(args: argparse.Namespace) -> int:
                     dep,
                     args.requests,
                     args.seed,
-                    rate,
+                    asked,
                     args.origins,
                 )
+                rate = asked or experiment.trace_rate_per_s(wl)
+                for note in wl.notes:
+                    console.print(f"{args.trace.name}: {note}")
             else:
+                rate = asked or 3000.0
                 wl = experiment.make_workload(
-                    wl_name, args.requests, rate or 3000.0, dep, args.seed, args.origins
-                )
-            if rate is None:  # the trace's own mean rate, for the tables
-                span_s = float(wl.arrival_ms[-1] - wl.arrival_ms[0]) / 1000.0 if len(wl) else 0.0
-                rate = (len(wl) - 1) / span_s if span_s > 0 else 0.0
-                console.print(
-                    f"own timing: {len(wl):,} requests over {span_s:,.0f} s = {rate:,.2f}/s"
+                    wl_name, args.requests, rate, dep, args.seed, args.origins
                 )
             requests = None
             for value in values:

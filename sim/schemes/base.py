@@ -57,7 +57,9 @@ if TYPE_CHECKING:
 class Route:
     """A scheme's decision for one request.
 
-    ``worker``: global worker id that serves it. ``lookup_ms``: discovery latency paid at the
+    ``worker``: global worker id that serves it, or ``HELD`` (-1): the scheme keeps the request
+    (a balancer's queue) and hands it over later with ``SchemeContext.dispatch``, so the wait is
+    part of its TTFT. ``lookup_ms``: discovery latency paid at the
     edge before forwarding (0 for local lookups). ``claimed_tokens``/``claimed_tier``: the match
     the scheme believed the chosen worker holds (0 = no claim).
     ``extra``: free-form numbers a scheme wants in its debug output (never read by the engine).
@@ -321,6 +323,19 @@ class SchemeContext(Protocol):
     def schedule(self, at_ms: float, fn: Callable[[float], None], priority: int = 5) -> None:
         """Call ``fn(at_ms)`` at virtual time ``at_ms`` (ties: lower priority first, then FIFO)."""
         ...
+
+    def dispatch(self, req: int, route: Route, at_ms: float, from_region: int) -> None:
+        """Send a request the scheme held (``Route.worker`` was ``HELD``) to ``route.worker``.
+
+        It leaves region ``from_region`` (where the balancer holding it sits) at ``at_ms`` and
+        reaches the worker ``route.lookup_ms`` + one jittered one-way WAN later. Call at most
+        once per held request, at ``at_ms`` = the current virtual time.
+        """
+        ...
+
+
+HELD = -1
+"""``Route.worker`` of a request the scheme keeps for now (``SchemeContext.dispatch`` later)."""
 
 
 class InformationError(ConfigError):

@@ -4,25 +4,33 @@ Owns the trace format below, its validation (``TraceFormatError`` names the line
 rule that places requests in regions, and nothing else. Must not alter prefix sharing: block ids
 are the trace's hash ids, unchanged.
 
-Format, one JSON object per line (Mooncake FAST'25 release, ``conversation_trace.jsonl``)::
+Format, one JSON object per line (Mooncake FAST'25 release, ``conversation_trace.jsonl``, and
+the variants other producers write)::
 
-    {"timestamp": <ms from trace start, number >= 0>,
+    {"timestamp": <ms from trace start, number >= 0 | Unix time in ns as a string of digits>,
      "input_length": <prompt tokens, int >= 1>,
      "output_length": <tokens to decode, int >= 0>,
-     "hash_ids": [<block id, int >= 0>, ...]}     # len == ceil(input_length / block_size)
+     "hash_ids": [<block id, int >= 0>, ...]}     # ideally ceil(input_length / block_size) ids
 
 ``hash_ids[i]`` names the prefix up to and including block i (blocks of ``block_size`` tokens,
-512 in Mooncake's releases). Lines holding only whitespace are ignored; any other malformed line
-raises ``TraceFormatError`` with its 1-based line number. Timestamps need not be sorted: requests
-are sorted by timestamp (stable, so file order breaks ties).
+512 in Mooncake's releases). Nanosecond timestamps (one file uses one kind) are rebased to the
+first request. Too few or too many ids, and ids that are not prefix-closed, are repaired as
+``sim.workloads.trace_ids`` says, and counted in ``Workload.notes``. Lines holding only
+whitespace are ignored; any other malformed line raises ``TraceFormatError`` with its 1-based
+line number. Timestamps need not be sorted: requests are sorted by timestamp (stable, so file
+order breaks ties).
 
 Sessions and regions (the trace carries no location). In arrival order, a request's *reused
-depth* is the length of the leading run of its hash ids that occurred in earlier requests. If
-the depth is at least ``session_min_blocks`` (default 2: more than the single system-prompt block
-every request of the conversation trace shares), the request continues the request that first
-carried its deepest reused block, and inherits that request's region (transitively, its root's).
+depth* is the length of the leading run of its (canonical) ids that occurred in earlier
+requests, and its *candidate* is the request that first carried the deepest of them. The request
+continues the candidate's session, and inherits its region (transitively, its root's), when it
+is longer than the candidate and reuses every full block of the candidate's prompt: it extends
+that earlier prompt, as a later turn of a conversation extends the turns before it (the
+candidate's partial last block is excluded: in the follow-up it is full, so its id differs).
 Otherwise it is a *root*: it starts a session and draws a region with probability proportional
-to ``region_weights`` (population, Appendix D; ``None`` means uniform).
+to ``region_weights`` (population, Appendix D; ``None`` means uniform). The rule has no
+constant: sharing a system prompt (block 0 of every request in the conversation trace), however
+long, does not make two conversations one, whatever the block size.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from numpy.typing import NDArray
 from kvcompass.errors import InvalidInputError
 from sim.workloads.regions import assign_regions
 from sim.workloads.sampling import region_probabilities
+from sim.workloads.trace_ids import normalise
 from sim.workloads.workload import Kind, Workload
 
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -50,7 +59,11 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _parse_line(text: str, where: str, block_size: int) -> tuple[float, int, int, list[int]]:
+class _Nanos(int):
+    """A timestamp given as Unix nanoseconds (rebased to the trace's first request)."""
+
+
+def _parse_line(text: str, where: str) -> tuple[float | int, int, int, list[int]]:
     try:
         rec = json.loads(text)
     except json.JSONDecodeError as e:
@@ -63,10 +76,15 @@ def _parse_line(text: str, where: str, block_size: int) -> tuple[float, int, int
     if missing:
         raise TraceFormatError(f"{where}: expected fields {list(_FIELDS)}, missing {missing}")
     ts, inp, out, ids = (rec[f] for f in _FIELDS)
-    if not (
+    if isinstance(ts, str) and ts.isascii() and ts.isdigit():
+        ts = _Nanos(int(ts))
+    elif not (
         isinstance(ts, int | float) and not isinstance(ts, bool) and math.isfinite(ts) and ts >= 0
     ):
-        raise TraceFormatError(f"{where}: timestamp: expected a finite number >= 0, got {ts!r}")
+        raise TraceFormatError(
+            f"{where}: timestamp: expected a finite number >= 0 (ms) or a string of digits "
+            f"(Unix ns), got {ts!r}"
+        )
     if not _is_int(inp) or inp < 1:
         raise TraceFormatError(f"{where}: input_length: expected an int >= 1, got {inp!r}")
     if not _is_int(out) or out < 0:
@@ -75,13 +93,7 @@ def _parse_line(text: str, where: str, block_size: int) -> tuple[float, int, int
         raise TraceFormatError(
             f"{where}: hash_ids: expected a list of ints >= 0, got {str(ids)[:80]}"
         )
-    need = -(-inp // block_size)
-    if len(ids) != need:
-        raise TraceFormatError(
-            f"{where}: hash_ids: expected ceil({inp}/{block_size}) = {need} "
-            f"ids for input_length {inp}, got {len(ids)}"
-        )
-    return float(ts), inp, out, ids
+    return ts, inp, out, ids
 
 
 def read_mooncake(
@@ -93,7 +105,6 @@ def read_mooncake(
     rng: np.random.Generator,
     limit: int | None = None,
     time_scale: float = 1.0,
-    session_min_blocks: int = 2,
 ) -> Workload:
     """Read a Mooncake-format JSONL trace (see module docstring) into a ``Workload``.
 
@@ -107,61 +118,65 @@ def read_mooncake(
         raise InvalidInputError(f"limit: expected None or an int >= 0, got {limit!r}")
     if not (isinstance(time_scale, int | float) and math.isfinite(time_scale) and time_scale > 0):
         raise InvalidInputError(f"time_scale: expected a finite number > 0, got {time_scale!r}")
-    if not _is_int(session_min_blocks) or session_min_blocks < 1:
-        raise InvalidInputError(
-            f"session_min_blocks: expected an int >= 1, got {session_min_blocks!r}"
-        )
     probs = region_probabilities(n_regions, region_weights)
-    ts_l: list[float] = []
+    ts_l: list[float | int] = []
     inp_l: list[int] = []
     out_l: list[int] = []
-    ids_l: list[int] = []
-    counts_l: list[int] = []
+    rows: list[list[int]] = []
+    nanos: bool | None = None
     with open(path, encoding="utf-8") as f:
         for lineno, text in enumerate(f, start=1):
             if limit is not None and len(ts_l) >= limit:
                 break
             if not text.strip():
                 continue
-            ts, inp, out, ids = _parse_line(text, f"{path}:{lineno}", block_size)
+            where = f"{path}:{lineno}"
+            ts, inp, out, ids = _parse_line(text, where)
+            is_ns = isinstance(ts, _Nanos)
+            if nanos is not None and is_ns != nanos:
+                raise TraceFormatError(
+                    f"{where}: timestamp: expected {'Unix ns strings' if nanos else 'ms numbers'}"
+                    f" like the lines before, got {ts!r}"
+                )
+            nanos = is_ns
             ts_l.append(ts)
             inp_l.append(inp)
             out_l.append(out)
-            ids_l.extend(ids)
-            counts_l.append(len(ids))
+            rows.append(ids)
     n = len(ts_l)
-    counts = np.asarray(counts_l, dtype=np.int64)
-    file_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=file_offsets[1:])
-    order = np.argsort(np.asarray(ts_l, dtype=np.float64), kind="stable")
-    flat = np.asarray(ids_l, dtype=np.int64)
-    # Gather the CSR rows in arrival order.
-    counts = counts[order]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    src = np.repeat(file_offsets[:-1][order] - offsets[:-1], counts) + np.arange(
-        int(offsets[-1]), dtype=np.int64
-    )
-    block_ids = flat[src]
-    region, is_root = _sessions(block_ids, offsets, session_min_blocks, probs, rng)
+    if nanos and n:
+        t0 = min(int(t) for t in ts_l)
+        times = np.asarray([(int(t) - t0) / 1e6 for t in ts_l], dtype=np.float64)
+    else:
+        times = np.asarray(ts_l, dtype=np.float64)
+    order = np.argsort(times, kind="stable")
+    prompt = np.asarray(inp_l, dtype=np.int64)[order]
+    need = (-(-prompt // block_size)).tolist()
+    block_ids, offsets, report = normalise([rows[i] for i in order.tolist()], need)
+    region, is_root = _sessions(block_ids, offsets, prompt, block_size, probs, rng)
+    notes = report.notes(block_size)
+    if nanos:
+        notes = ("timestamps are Unix ns strings, rebased to the first request", *notes)
     return Workload(
         name="mooncake",
         block_tokens=int(block_size),
-        arrival_ms=np.asarray(ts_l, dtype=np.float64)[order] * float(time_scale),
+        arrival_ms=times[order] * float(time_scale),
         origin_region=region,
-        prompt_len=np.asarray(inp_l, dtype=np.int64)[order],
+        prompt_len=prompt,
         output_len=np.asarray(out_l, dtype=np.int64)[order],
         block_ids=block_ids,
         block_offsets=offsets,
         tenant=np.full(n, -1, dtype=np.int32),
         kind=np.where(is_root, Kind.TRACE_ROOT, Kind.TRACE_FOLLOWUP).astype(np.int8),
+        notes=notes,
     )
 
 
 def _sessions(
     block_ids: NDArray[np.int64],
     offsets: NDArray[np.int64],
-    min_blocks: int,
+    prompt: NDArray[np.int64],
+    block_size: int,
     probs: NDArray[np.float64],
     rng: np.random.Generator,
 ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
@@ -178,9 +193,11 @@ def _sessions(
     # Reused depth = position of the first never-seen block (or the row length).
     cut = np.where(is_first, pos, counts[req])
     depth = np.minimum.reduceat(cut, offsets[:-1])
-    is_root = depth < min_blocks
     deepest = block_ids[offsets[:-1] + np.maximum(depth, 1) - 1]
-    parent = np.where(is_root, np.arange(n), req[first[np.searchsorted(uniq, deepest)]])
+    candidate = req[first[np.searchsorted(uniq, deepest)]]
+    extends = (depth >= prompt[candidate] // block_size) & (prompt > prompt[candidate])
+    is_root = (depth < 1) | (candidate == np.arange(n)) | ~extends
+    parent = np.where(is_root, np.arange(n), candidate)
     while True:  # pointer jumping: every request to its session root
         nxt = parent[parent]
         if np.array_equal(nxt, parent):

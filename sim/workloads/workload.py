@@ -60,6 +60,9 @@ class Workload:
     block_offsets: NDArray[np.int64]
     tenant: NDArray[np.int32]
     kind: NDArray[np.int8]
+    notes: tuple[str, ...] = ()
+    """What the producer did to its input that a reader of the results must know (a trace
+    reader's remapped ids, padded prompts, replay rate); printed by ``kvcompass sim``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.block_tokens, int) or self.block_tokens <= 0:
@@ -143,6 +146,7 @@ class Workload:
             block_offsets=self.block_offsets[lo : hi + 1] - b0,
             tenant=self.tenant[lo:hi],
             kind=self.kind[lo:hi],
+            notes=self.notes,
         )
 
     def blocks_of(self, i: int) -> NDArray[np.int64]:

@@ -22,7 +22,7 @@ from sim.cost import CostModel
 from sim.engine.loads import RegionLoadPoll
 from sim.engine.loop import EventLoop
 from sim.network import WanNetwork
-from sim.schemes.base import CacheEventBatch, ExactCache, ExactQueues, Response, Scheme
+from sim.schemes.base import CacheEventBatch, ExactCache, ExactQueues, Response, Route, Scheme
 
 CHUNK = 64
 _NO = np.zeros(0, dtype=np.uint64)
@@ -165,9 +165,14 @@ class FakeContext:
         self.exact_queues: ExactQueues | None = self.cluster if exact else None
         self.exact_cache: ExactCache | None = self.cluster if exact else None
         self.rng = np.random.default_rng(7)
+        self.dispatched: list[tuple[int, Route, float, int]] = []
 
     def schedule(self, at_ms: float, fn: Callable[[float], None], priority: int = 5) -> None:
         self.loop.schedule(at_ms, _call, fn, priority)
+
+    def dispatch(self, req: int, route: Route, at_ms: float, from_region: int) -> None:
+        """Record what a scheme sent on (the tests read ``dispatched``)."""
+        self.dispatched.append((req, route, at_ms, from_region))
 
 
 def _call(at_ms: float, fn: Callable[[float], None]) -> None:

@@ -8,7 +8,7 @@ import pytest
 from kvcompass.deployment import builtin_deployment
 from kvcompass.mix import mix64
 from sim.schemes._holders import HolderHistory
-from sim.schemes.base import CacheEventBatch
+from sim.schemes.base import HELD, CacheEventBatch
 from sim.schemes.central_directory_ideal import CentralDirectoryIdeal as CentralDirectory
 from sim.schemes.chord import Chord
 from sim.schemes.consistent_hash import ConsistentHash
@@ -145,18 +145,23 @@ def test_skywalker_keeps_requests_local__until_a_remote_replica_reports_an_empty
     sw = SkyWalker(ctx)
     reqs = [ctx.requests.add([i, i + 1], origin=0) for i in range(1, 6)]
     assert sw.route(reqs[0], 0.0).worker == 0  # the only local replica, free
-    # Local replica busy and no probe heard yet: the request waits locally.
-    assert sw.route(reqs[1], 0.0).worker == 0
+    # Local replica busy and no probe heard yet: the request waits in the local LB.
+    assert sw.route(reqs[1], 0.0).worker == HELD
     sw.start()
     ctx.loop.run_until(99.0)  # probes sent at t=0 are still on the wire
-    assert sw.route(reqs[2], 99.0).worker == 0
-    ctx.loop.run_until(101.0)  # probes from b and c (100 ms away) have landed: both free
-    pushed = sw.route(reqs[3], 101.0)
-    assert int(ctx.cluster.worker_region[pushed.worker]) == 1  # nearest: b (tie with c -> b)
-    # Once the local replica's requests have returned, it is free again: locality first.
-    for r in reqs[:3]:
-        respond(sw, ctx, r, 0, 102.0)
-    assert sw.route(reqs[4], 103.0).worker == 0
+    assert sw.route(reqs[2], 99.0).worker == HELD
+    assert not ctx.dispatched
+    ctx.loop.run_until(101.0)  # probes from b and c (100 ms away) landed: both have 2 free
+    # The two waiting requests were pushed to b (nearest; tie with c -> b), the next goes to c.
+    assert sw.route(reqs[3], 101.0).worker == HELD
+    ctx.loop.run_until(400.0)
+    sent = {
+        req: (int(ctx.cluster.worker_region[r.worker]), frm) for req, r, _, frm in ctx.dispatched
+    }
+    assert sent == {reqs[1]: (1, 1), reqs[2]: (1, 1), reqs[3]: (2, 2)}
+    # Once the local replica's request has returned, it is available again: locality first.
+    respond(sw, ctx, reqs[0], 0, 402.0)
+    assert sw.route(reqs[4], 403.0).worker == 0
 
 
 def test_skywalker_local_choice__longest_prefix_among_free_replicas() -> None:
@@ -274,8 +279,11 @@ def test_skywalker_push__remote_lb_picks_its_longest_prefix_free_replica() -> No
     sw.start()
     ctx.loop.run_until(150.0)
     req = ctx.requests.add([7, 8, 9, 10], origin=0)
-    route = sw.route(req, 150.0)
-    assert (route.worker, route.claimed_tokens) == (3, 192)
+    assert sw.route(req, 150.0).worker == HELD  # pushed: it reaches b's LB 100 ms later
+    ctx.loop.run_until(400.0)
+    ((got, route, at, frm),) = ctx.dispatched
+    assert (got, route.worker, route.claimed_tokens, frm) == (req, 3, 192, 1)
+    assert at == pytest.approx(250.0, abs=15.0)
 
 
 def test_dynamo_broadcast_period__follows_the_runs_router_config() -> None:

@@ -7,12 +7,14 @@ of ``tests/sim/baseline_fakes.py``.
 
 from __future__ import annotations
 
+from sim.schemes.base import HELD
 from sim.schemes.central_directory import CentralDirectory
 from sim.schemes.chord import Chord
 from sim.schemes.consistent_hash import ConsistentHash
 from sim.schemes.dynamo import Dynamo
 from sim.schemes.oracle import Oracle
 from sim.schemes.oracle_ideal import OracleIdeal
+from sim.schemes.skywalker import SkyWalker
 from tests.sim.baseline_fakes import FakeContext, respond, store, three_regions
 
 LONG = list(range(1, 129))  # 128 chunks of 64 tokens: 8192 tokens, 819 ms of prefill at β 0.1
@@ -131,7 +133,7 @@ def test_oracle__least_loaded_ignores_the_cache() -> None:
 
 def test_dynamo__in_region_events_count_after_one_hop_without_a_broadcast() -> None:
     ctx = FakeContext(three_regions(wan=100.0))
-    dy = Dynamo(ctx)  # type: ignore[arg-type]  # start() never called: no broadcast at all
+    dy = Dynamo(ctx)  # start() never called: no broadcast at all
     warm = ctx.requests.add([1, 2, 3, 4], origin=0)
     store(dy, ctx, 2, warm, 10.0)
     hop = ctx.network.one_way_ms(0, 0)
@@ -143,9 +145,28 @@ def test_dynamo__in_region_events_count_after_one_hop_without_a_broadcast() -> N
 
 def test_dynamo__decode_blocks_do_not_move_a_request_the_cost_model_would_not() -> None:
     ctx = FakeContext(three_regions(wan=100.0, workers=(2, 1, 1)))
-    dy = Dynamo(ctx)  # type: ignore[arg-type]
+    dy = Dynamo(ctx)
     warm = ctx.requests.add([1, 2, 3, 4], origin=0)
     store(dy, ctx, 1, warm, 0.0)
     dy.own_decode[0, 1] = 1000.0  # long streams on worker 1: decode never delays a prefill
     req = ctx.requests.add([1, 2, 3, 4, 5], origin=0)
     assert dy.route(req, 1.0).worker == 1
+
+
+# -- SkyWalker ------------------------------------------------------------------------------------
+
+
+def test_skywalker__waits_in_the_balancer_and_binds_to_the_replica_that_frees() -> None:
+    ctx = FakeContext(three_regions(wan=100.0, workers=(2, 1, 1)))
+    sw = SkyWalker(ctx)
+    first = [ctx.requests.add([10 + i], origin=0) for i in range(2)]
+    assert sorted(sw.route(r, 0.0).worker for r in first) == [0, 1]
+    warm = ctx.requests.add([1, 2, 3], origin=0)
+    store(sw, ctx, 0, warm, 0.0)  # worker 0 has the prefix, but it is busy
+    waiting = ctx.requests.add([1, 2, 3, 4], origin=0)
+    assert sw.route(waiting, 1.0).worker == HELD  # no replica available: not committed
+    respond(sw, ctx, first[1], 1, 300.0)  # worker 1 frees first
+    assert [(req, r.worker, at, frm) for req, r, at, frm in ctx.dispatched] == [
+        (waiting, 1, 300.0, 0)
+    ]
+    assert sw.outstanding.tolist()[:2] == [1, 1]

@@ -44,9 +44,10 @@ def test_real_trace__counts_lengths_and_shared_first_block(trace: Workload) -> N
     assert np.all(trace.block_ids[trace.block_offsets[:-1]] == 0)  # block 0 shared by all
     assert int(np.median(trace.prompt_len)) == 6909
     assert np.all(trace.tenant == -1)
-    # From the trace: 7,373 requests reuse at most block 0 of earlier requests (roots).
-    assert int(np.sum(trace.kind == Kind.TRACE_ROOT)) == 7373
-    assert int(np.sum(trace.kind == Kind.TRACE_FOLLOWUP)) == 12_031 - 7373
+    # From the trace: 3,837 requests extend an earlier, shorter request's whole prompt (follow-ups).
+    assert int(np.sum(trace.kind == Kind.TRACE_FOLLOWUP)) == 3837
+    assert int(np.sum(trace.kind == Kind.TRACE_ROOT)) == 12_031 - 3837
+    assert trace.notes == ()  # the release is well formed and prefix-closed
 
 
 def test_real_trace__equal_hash_prefix_gives_equal_tokens(trace: Workload) -> None:
@@ -71,16 +72,20 @@ def test_real_trace__roots_follow_weights_and_followups_inherit(trace: Workload)
     roots = trace.kind == Kind.TRACE_ROOT
     shares = np.bincount(trace.origin_region[roots], minlength=3) / roots.sum()
     assert np.allclose(shares, WEIGHTS, atol=0.025)
-    # Naive session rule: inherit from the first carrier of the deepest previously-seen block.
+    # Naive session rule: a follow-up reuses every full block of the first carrier of its
+    # deepest previously-seen block, and inherits that request's region.
     first_carrier: dict[int, int] = {}
     for i in range(len(trace)):
         ids = [int(b) for b in trace.blocks_of(i)]
         depth = 0
         while depth < len(ids) and ids[depth] in first_carrier:
             depth += 1
-        assert (trace.kind[i] == Kind.TRACE_ROOT) == (depth < 2)
-        if depth >= 2:
-            assert trace.origin_region[i] == trace.origin_region[first_carrier[ids[depth - 1]]]
+        j = first_carrier.get(ids[depth - 1], i) if depth else i
+        longer = int(trace.prompt_len[i]) > int(trace.prompt_len[j])
+        follows = j != i and longer and depth >= int(trace.prompt_len[j]) // 512
+        assert (trace.kind[i] == Kind.TRACE_FOLLOWUP) == follows
+        if follows:
+            assert trace.origin_region[i] == trace.origin_region[j]
         for b in ids:
             first_carrier.setdefault(b, i)
 
@@ -136,8 +141,8 @@ def test_unsorted_timestamps__sorted_stably_and_sessions_follow_arrival(tmp_path
         (_rec(1, "10", 1, [0]), r":2: input_length: expected an int >= 1, got '10'"),  # type: ignore[arg-type]
         (_rec(1, True, 1, [0]), r"input_length: expected an int >= 1, got True"),
         (_rec(1, 10, -1, [0]), r"output_length: expected an int >= 0, got -1"),
-        (_rec(-3, 10, 1, [0]), r"timestamp: expected a finite number >= 0, got -3"),
-        (_rec(1, 600, 1, [0]), r"expected ceil\(600/512\) = 2 ids for input_length 600, got 1"),
+        (_rec(-3, 10, 1, [0]), r"timestamp: expected a finite number >= 0 \(ms\) .*got -3"),
+        (_rec("1.5e9", 10, 1, [0]), r":2: timestamp: expected .* string of digits"),  # type: ignore[arg-type]
         (_rec(1, 10, 1, [0.5]), r"hash_ids: expected a list of ints >= 0"),  # type: ignore[list-item]
         (_rec(1, 10, 1, [-2]), r"hash_ids: expected a list of ints >= 0"),
     ],
@@ -159,3 +164,47 @@ def test_bad_options__rejected(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="region_weights"):
         read_mooncake(p, n_regions=2, rng=rng, region_weights=np.array([1.0]))
     assert len(read_mooncake(p, n_regions=1, rng=rng, limit=0)) == 0
+
+
+def test_ns_string_timestamps__rebased_to_the_first_request(tmp_path: Path) -> None:
+    t0 = 1_733_000_000_123_456_789
+    p = _write(tmp_path, [_rec(str(t0 + 2_500_000), 10, 1, [0]), _rec(str(t0), 10, 1, [1])])  # type: ignore[arg-type]
+    w = read_mooncake(p, n_regions=1, rng=np.random.default_rng(0))
+    assert w.arrival_ms.tolist() == [0.0, 2.5]
+    assert w.notes[0].startswith("timestamps are Unix ns")
+    mixed = _write(tmp_path, [_rec(str(t0), 10, 1, [0]), _rec(5, 10, 1, [1])])  # type: ignore[arg-type]
+    with pytest.raises(TraceFormatError, match=r":2: timestamp: expected Unix ns strings"):
+        read_mooncake(mixed, n_regions=1, rng=np.random.default_rng(0))
+
+
+def test_short_and_long_hash_ids__unhashed_blocks_unique_extra_ids_dropped(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        [
+            _rec(0, 1500, 1, [0]),  # 3 blocks, 1 id: blocks 2 and 3 unhashed
+            _rec(1, 1500, 1, [0]),  # same: its unhashed blocks must not match the first's
+            _rec(2, 600, 1, [0, 5, 6, 7]),  # 2 blocks, 4 ids: 2 dropped
+        ],
+    )
+    w = read_mooncake(p, n_regions=1, rng=np.random.default_rng(0))
+    a, b, c = (w.blocks_of(i).tolist() for i in range(3))
+    assert a[0] == b[0] == c[0] == 0 and len(a) == len(b) == 3 and c == [0, 5]
+    assert not set(a[1:]) & set(b[1:]) and min(a[1:] + b[1:]) > 7
+    assert any("2 requests had fewer hash_ids" in n and "4 unhashed blocks" in n for n in w.notes)
+    assert any("1 requests had more hash_ids" in n and "2 ids" in n for n in w.notes)
+
+
+def test_ids_not_prefix_closed__canonicalised_by_chaining_and_counted(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        [
+            _rec(0, 1536, 1, [0, 1, 2]),
+            _rec(1, 1536, 1, [9, 1, 2]),  # ids 1, 2 after a different prefix: other content
+            _rec(2, 1536, 1, [0, 1, 2]),  # the first prefix again: the first request's ids
+        ],
+    )
+    w = read_mooncake(p, n_regions=1, rng=np.random.default_rng(0))
+    first, second, third = (w.blocks_of(i).tolist() for i in range(3))
+    assert first == third == [0, 1, 2]
+    assert second[0] == 9 and not {second[1], second[2]} & {0, 1, 2, 9}
+    assert any("2 (predecessor, id) pairs remapped" in n for n in w.notes)
