@@ -77,60 +77,16 @@ def _ns_per_cycle() -> float:
 
 
 @njit
-def _time_updates(st: Any, keys: Any, clears: Any, sets: Any, out: Any) -> None:
-    """Cycles of one ``apply_ops`` call per op (``out[i]``); an empty call when ``keys`` is 0.
+def _time_updates(mem: Any, keys: Any, clears: Any, sets: Any, out: Any) -> None:
+    """Cycles of one ``update_batch`` call per op (``out[i]``); an empty call when ``keys`` is 0.
 
-    The table's arrays are read out of its state tuple once, outside the timed region, as a
-    per-op caller would (``update_batch`` does exactly this once per batch).
+    ``mem`` is the table's one state buffer (``TableState.mem``): exactly what a per-op caller
+    passes, so the figure includes the kernel entry.
     """
-    params, skeys, sentry, values, fps, seeds = (
-        st.params,
-        st.skeys,
-        st.sentry,
-        st.values,
-        st.fps,
-        st.seeds,
-    )
-    scratch, bdirty, blist, meta, fe = st.scratch, st.bdirty, st.blist, st.meta, st.free_entries
-    loc, head, half, wdirty, wlist = st.locator, st.head, st.half, st.wdirty, st.wlist
-    stack, via, seen, mark, rng = st.stack, st.via, st.seen, st.mark, st.rng
-    qb, qp, qs, qd, qa = st.qbucket, st.qparent, st.qslot, st.qdepth, st.qalt
     for i in range(out.shape[0]):
         stop = i + 1 if keys.shape[0] else i
         t0 = _cycles()
-        ludo_ops.apply_ops(
-            params,
-            skeys,
-            sentry,
-            values,
-            fps,
-            seeds,
-            scratch,
-            bdirty,
-            blist,
-            meta,
-            fe,
-            loc,
-            head,
-            half,
-            wdirty,
-            wlist,
-            stack,
-            via,
-            seen,
-            mark,
-            qb,
-            qp,
-            qs,
-            qd,
-            qa,
-            rng,
-            keys,
-            clears,
-            sets,
-            i,
-            stop,
-        )
+        ludo_ops.update_batch(mem, keys, clears, sets, i, stop)
         out[i] = _cycles() - t0
 
 
@@ -165,7 +121,7 @@ def _update(t: LudoTable, keys: np.ndarray, clear: int, set_: int) -> float:
 def _per_op(t: LudoTable, keys: np.ndarray, clear: int, set_: int, npc: float) -> tuple[float, ...]:
     n = keys.shape[0]
     out = np.zeros(n, np.int64)
-    _time_updates(t._st, keys, np.full(n, clear, np.uint64), np.full(n, set_, np.uint64), out)
+    _time_updates(t._st.mem, keys, np.full(n, clear, np.uint64), np.full(n, set_, np.uint64), out)
     t.update(keys[:0], keys[:0], keys[:0])  # flush the dirty lists into a (discarded) batch
     return _pct(out, npc)
 
@@ -180,7 +136,7 @@ def table2(entries: int, npc: float) -> dict[str, Any]:
     k_single = min(5000, max(200, slots // 500))
     empty = np.zeros(0, np.uint64)
     idle = np.zeros(20_000, np.int64)
-    _time_updates(t._st, empty, empty, empty, idle)
+    _time_updates(t._st.mem, empty, empty, empty, idle)
     res["kernel_call_overhead_p50_ns"] = _pct(idle, npc)[0]
     done = 0
     for level in LEVELS:

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, slot_of
-from kvcompass.ludo.jit import kernel
+from kvcompass.ludo.jit import inlined, kernel
 from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import EMPTY, M_BFS, M_BFS_NODES, M_NB, M_STAMP
 
@@ -80,7 +80,7 @@ def put_fp(fps: U8, fb: Int, pos: Int, f: np.uint64) -> None:
         fps[2 * pos + 1] = np.uint8(f >> _S8)
 
 
-@kernel
+@inlined
 def mark_bucket(bdirty: U8, blist: I32, meta: I64, b: Int) -> None:
     if bdirty[b] == 0:
         bdirty[b] = 1
@@ -88,7 +88,7 @@ def mark_bucket(bdirty: U8, blist: I32, meta: I64, b: Int) -> None:
         meta[M_NB] += 1
 
 
-@kernel
+@inlined
 def find(skeys: U64, key: np.uint64, b0: Int, b1: Int) -> Int:
     """Slot position of ``key`` or -1 (free slots hold ``EMPTY``, never a valid key)."""
     for s in range(4):
@@ -100,7 +100,7 @@ def find(skeys: U64, key: np.uint64, b0: Int, b1: Int) -> Int:
     return -1
 
 
-@kernel
+@inlined
 def count(skeys: U64, b: Int) -> Int:
     n = 0
     for s in range(4):
@@ -109,7 +109,7 @@ def count(skeys: U64, b: Int) -> Int:
     return n
 
 
-@kernel
+@inlined
 def choose_seed(
     skeys: U64,
     seeds: U8,
@@ -149,7 +149,7 @@ def choose_seed(
     return -1
 
 
-@kernel
+@inlined
 def rewrite(
     skeys: U64,
     sentry: I32,
@@ -204,7 +204,7 @@ def rewrite(
     mark_bucket(bdirty, blist, meta, b)
 
 
-@kernel
+@inlined
 def root_path(
     skeys: U64, seeds: U8, scratch: U64, slot_seed: np.uint64, key: np.uint64, b0: Int, b1: Int
 ) -> Int:
@@ -221,7 +221,7 @@ def root_path(
     return 0
 
 
-@kernel
+@inlined
 def bfs_path(
     params: U64,
     skeys: U64,

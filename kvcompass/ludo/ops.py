@@ -17,10 +17,10 @@ from numpy.typing import NDArray
 
 from kvcompass.ludo.cuckoo import bfs_path, find, get_value, mark_bucket, put_value, root_path
 from kvcompass.ludo.hashing import Int, bucket_pair
-from kvcompass.ludo.jit import kernel
+from kvcompass.ludo.jit import inlined, kernel
 from kvcompass.ludo.othello import rebuild_arrays
 from kvcompass.ludo.placement import place, prefetch_op, remove_at
-from kvcompass.ludo.state import EMPTY, M_LIVE, M_MAXLIVE, TableState
+from kvcompass.ludo.state import EMPTY, M_LIVE, M_MAXLIVE, TableState, unpack
 
 OK, FULL, NO_PLACE, LOCATOR = 0, 1, 2, 3
 _ZERO = np.uint64(0)
@@ -35,7 +35,7 @@ U64 = NDArray[np.uint64]
 
 @kernel
 def update_batch(
-    st: TableState,
+    mem: U64,
     keys: U64,
     clear_masks: U64,
     set_bits: U64,
@@ -44,79 +44,40 @@ def update_batch(
 ) -> tuple[Int, Int]:
     """Apply ops ``start..stop-1`` in order; returns ``(status, stopping op index or stop)``.
 
-    Reads the arrays out of ``st`` once and hands them to ``apply_ops`` (reading a tuple member
-    costs a reference-count update; per-op callers should unpack once and call ``apply_ops``).
+    ``mem`` is ``TableState.mem``; the whole operation loop (``apply_ops``) is inlined here, so
+    one call costs a few dozen instructions of entry however few ops it carries.
     """
-    return apply_ops(
-        st.params,
-        st.skeys,
-        st.sentry,
-        st.values,
-        st.fps,
-        st.seeds,
-        st.scratch,
-        st.bdirty,
-        st.blist,
-        st.meta,
-        st.free_entries,
-        st.locator,
-        st.head,
-        st.half,
-        st.wdirty,
-        st.wlist,
-        st.stack,
-        st.via,
-        st.seen,
-        st.mark,
-        st.qbucket,
-        st.qparent,
-        st.qslot,
-        st.qdepth,
-        st.qalt,
-        st.rng,
-        keys,
-        clear_masks,
-        set_bits,
-        start,
-        stop,
-    )
+    return apply_ops(unpack(mem), keys, clear_masks, set_bits, start, stop)
 
 
-@kernel
+@inlined
 def apply_ops(
-    params: U64,
-    skeys: U64,
-    sentry: I32,
-    values: U32,
-    fps: U8,
-    seeds: U8,
-    scratch: U64,
-    bdirty: U8,
-    blist: I32,
-    meta: I64,
-    free_entries: I32,
-    loc: U64,
-    head: I32,
-    half: I32,
-    wdirty: U8,
-    wlist: I32,
-    stack: I32,
-    via: I32,
-    seen: I32,
-    mark: I32,
-    qbucket: I32,
-    qparent: I32,
-    qslot: I32,
-    qdepth: I32,
-    qalt: I32,
-    rng: U64,
+    st: TableState,
     keys: U64,
     clear_masks: U64,
     set_bits: U64,
     start: Int,
     stop: Int,
 ) -> tuple[Int, Int]:
-    """``update_batch`` over explicit arrays (the ``TableState`` fields of the same names)."""
+    """``update_batch`` over an unpacked state (inlined into its callers: no argument copies)."""
+    params, skeys, sentry, values, fps, seeds = (
+        st.params,
+        st.skeys,
+        st.sentry,
+        st.values,
+        st.fps,
+        st.seeds,
+    )
+    scratch, bdirty, blist, meta, free_entries = (
+        st.scratch,
+        st.bdirty,
+        st.blist,
+        st.meta,
+        st.free_entries,
+    )
+    loc, head, half, wdirty, wlist = st.locator, st.head, st.half, st.wdirty, st.wlist
+    stack, via, seen, mark, rng = st.stack, st.via, st.seen, st.mark, st.rng
+    qbucket, qparent, qslot, qdepth, qalt = st.qbucket, st.qparent, st.qslot, st.qdepth, st.qalt
     wide = params[4] == 64
     fb = np.int64(params[5])
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
@@ -203,8 +164,9 @@ def apply_ops(
 
 
 @kernel
-def clear_all(st: TableState, mask: np.uint64) -> None:
+def clear_all(mem: U64, mask: np.uint64) -> None:
     """``v &= ~mask`` for every live key; keys whose value becomes 0 are removed."""
+    st = unpack(mem)
     params, skeys, sentry, values, fps = st.params, st.skeys, st.sentry, st.values, st.fps
     bdirty, blist, meta, free_entries = st.bdirty, st.blist, st.meta, st.free_entries
     head, half = st.head, st.half

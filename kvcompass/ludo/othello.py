@@ -28,9 +28,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, locator_cells, mix64
-from kvcompass.ludo.jit import kernel
+from kvcompass.ludo.jit import inlined, kernel
 from kvcompass.ludo.prefetch import prefetch
-from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, TableState
+from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, unpack
 from kvcompass.mix import GOLDEN
 
 MAX_REBUILD_TRIES = 64
@@ -52,7 +52,7 @@ def cell(loc: U64, c: Int) -> np.uint64:
     return np.uint64((loc[cc >> _S6] >> (cc & _M63)) & _ONE)
 
 
-@kernel
+@inlined
 def flip_cell(loc: U64, wdirty: U8, wlist: I32, meta: I64, c: Int) -> None:
     cc = np.uint64(c)
     w = np.int64(cc >> _S6)
@@ -63,7 +63,7 @@ def flip_cell(loc: U64, wdirty: U8, wlist: I32, meta: I64, c: Int) -> None:
         meta[M_NW] += 1
 
 
-@kernel
+@inlined
 def _step(head: I32, half: I32, stack: I32, via: I32, base: Int, top: Int, target: Int) -> Int:
     """Pop one node of the side whose stack starts at ``base``; push its children.
 
@@ -87,7 +87,7 @@ def _step(head: I32, half: I32, stack: I32, via: I32, base: Int, top: Int, targe
     return top
 
 
-@kernel
+@inlined
 def two_sided_walk(
     head: I32, half: I32, stack: I32, via: I32, seen: I32, meta: I64, u: Int, w: Int, skip: Int
 ) -> Int:
@@ -126,14 +126,14 @@ def two_sided_walk(
             return SIDE_B
 
 
-@kernel
+@inlined
 def _flip_side(loc: U64, wdirty: U8, wlist: I32, meta: I64, seen: I32, n: Int, side: Int) -> None:
     base: Int = 0 if side == SIDE_A else n
     for i in range(meta[M_SEEN]):
         flip_cell(loc, wdirty, wlist, meta, np.int64(seen[base + i]))
 
 
-@kernel
+@inlined
 def _link(head: I32, half: I32, h: Int, node: Int, other: Int) -> None:
     first = head[node]
     half[3 * h] = first
@@ -144,7 +144,7 @@ def _link(head: I32, half: I32, h: Int, node: Int, other: Int) -> None:
     head[node] = h
 
 
-@kernel
+@inlined
 def _unlink(head: I32, half: I32, h: Int, node: Int) -> None:
     nxt = half[3 * h]
     prv = half[3 * h + 1]
@@ -156,7 +156,7 @@ def _unlink(head: I32, half: I32, h: Int, node: Int) -> None:
         half[3 * nxt + 1] = prv
 
 
-@kernel
+@inlined
 def add_edge(
     loc: U64,
     head: I32,
@@ -191,14 +191,14 @@ def add_edge(
     return True
 
 
-@kernel
+@inlined
 def remove_edge(head: I32, half: I32, e: Int) -> None:
     """Remove entry ``e``'s edge; no cell changes (the view needs no locator image)."""
     _unlink(head, half, 2 * e, half[3 * (2 * e + 1) + 2])
     _unlink(head, half, 2 * e + 1, half[3 * (2 * e) + 2])
 
 
-@kernel
+@inlined
 def set_bit(
     loc: U64,
     head: I32,
@@ -237,8 +237,9 @@ def next_seed(rng: U64) -> np.uint64:
 
 
 @kernel
-def rebuild(st: TableState) -> bool:
+def rebuild(mem: U64) -> bool:
     """Rebuild the Othello over all live entries with fresh seeds (see ``rebuild_arrays``)."""
+    st = unpack(mem)
     return rebuild_arrays(
         st.params,
         st.meta,

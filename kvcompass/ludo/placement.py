@@ -24,7 +24,7 @@ from kvcompass.ludo.cuckoo import (
     rewrite,
 )
 from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint, locator_cells
-from kvcompass.ludo.jit import kernel
+from kvcompass.ludo.jit import inlined
 from kvcompass.ludo.othello import add_edge, remove_edge, set_bit, want_bit
 from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import EMPTY, M_FREE_E, M_KICKS, M_LIVE
@@ -40,7 +40,7 @@ U32 = NDArray[np.uint32]
 U64 = NDArray[np.uint64]
 
 
-@kernel
+@inlined
 def remove_at(
     skeys: U64,
     sentry: I32,
@@ -69,7 +69,7 @@ def remove_at(
     meta[M_LIVE] -= 1
 
 
-@kernel
+@inlined
 def place(
     params: U64,
     skeys: U64,
@@ -172,7 +172,7 @@ def place(
     return add_edge(loc, head, half, wdirty, wlist, meta, stack, via, seen, e, a, b, want)
 
 
-@kernel
+@inlined
 def prefetch_op(
     params: U64,
     skeys: U64,

@@ -160,21 +160,21 @@ class LudoTable:
         self, keys: NDArray[np.uint64], clears: NDArray[np.uint64], sets: NDArray[np.uint64]
     ) -> PatchBatch:
         n = keys.shape[0]
-        status, i = ops.update_batch(self._st, keys, clears, sets, 0, n)
+        status, i = ops.update_batch(self._st.mem, keys, clears, sets, 0, n)
         grown = False
         base_epoch = self._params.epoch
         while status != ops.OK:
             self._grow(base_epoch + 1)
             grown = True
             start = i + 1 if status == ops.LOCATOR else i
-            status, i = ops.update_batch(self._st, keys, clears, sets, start, n)
+            status, i = ops.update_batch(self._st.mem, keys, clears, sets, start, n)
         return self._emit(full=grown)
 
     def clear_bits(self, mask: int) -> PatchBatch:
         """Every entry: ``v &= ~mask``; entries whose value becomes 0 are removed."""
         if not isinstance(mask, int | np.integer) or not 0 <= int(mask) < _U64_LIMIT:
             raise InvalidInputError(f"mask: expected an int in [0, 2**64), got {mask!r}")
-        ops.clear_all(self._st, np.uint64(mask))
+        ops.clear_all(self._st.mem, np.uint64(mask))
         return self._emit(full=False)
 
     def get(self, keys: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -235,7 +235,7 @@ class LudoTable:
         while True:
             capacity *= 2
             st, params = self._allocate(capacity, epoch)
-            status, _ = ops.update_batch(st, keys, np.zeros_like(vals), vals, 0, keys.shape[0])
+            status, _ = ops.update_batch(st.mem, keys, np.zeros_like(vals), vals, 0, keys.shape[0])
             if status == ops.OK:
                 break
         # a locator rebuild during the reload changed the seed in st.params

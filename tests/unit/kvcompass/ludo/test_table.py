@@ -329,7 +329,7 @@ def test_dirty_images_kernel__matches_the_numpy_twin(
         keys = np.array(ks, np.uint64)
         clears = np.full(keys.size, 0b11 << 4, np.uint64)
         sets = np.full(keys.size, (r % 3) << 4, np.uint64)
-        status, _ = ops.update_batch(table._st, keys, clears, sets, 0, keys.size)
+        status, _ = ops.update_batch(table._st.mem, keys, clears, sets, 0, keys.size)
         assert status == ops.OK
         if table._st.meta[M_ALLW]:
             return  # a locator rebuild: the header path, not the kernel's
