@@ -173,6 +173,9 @@ class PipelineShell:
         self.key_ops = 0
         self.recoveries = 0
         self.recovery_refused = 0
+        self.cache_unknown: set[int] = set()
+        """Workers whose last event said cache_state UNKNOWN (degraded sidecar)."""
+        self.cache_unknown_reports = 0
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -216,6 +219,7 @@ class PipelineShell:
                 src = EventRef(int(ev["worker_id"]), int(ev["engine_seq"]), raw.topic,
                                raw.partition, raw.offset, int(ev["timestamp_ms"]))  # fmt: skip
                 ops.extend(self.rechunker.rechunk(ev, src))
+                self._cache_state(src.worker_id, ev.get("cache_state", "KNOWN"))
             except (InvalidInputError, KeyError, ValueError) as exc:
                 self._dead(raw, exc)
         groups = by_shard(ops)
@@ -227,6 +231,21 @@ class PipelineShell:
                 records += 1
         await self.delivery.delivered_up_to(self.delivery.mark(), since=start)
         return records
+
+    def _cache_state(self, worker: int, state: str) -> None:
+        """Follow a worker's reported cache state (KvEvent v2): UNKNOWN while its sidecar is
+        degraded. The index then lacks prefixes the worker holds; say so once per episode."""
+        if state == "UNKNOWN" and worker not in self.cache_unknown:
+            self.cache_unknown.add(worker)
+            self.cache_unknown_reports += 1
+            log.warning(
+                "worker %d: its sidecar reports its cache unknown (events lost beyond the "
+                "engine's replay buffer); the index lacks what it holds",
+                worker,
+            )
+        elif state == "KNOWN" and worker in self.cache_unknown:
+            self.cache_unknown.discard(worker)
+            log.info("worker %d: cache known again (its sidecar re-learned it)", worker)
 
     def _decode_ops(self, value: bytes | None) -> list[OpBatch]:
         name, rec = self.codec.decode(value or b"")

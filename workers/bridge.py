@@ -16,7 +16,8 @@ replays of the same engine batch, distinct after an engine restart)::
 Degraded: after a lost gap the table is empty but the engine still holds pages we never saw;
 stores below them are orphans and removals of them unknown. The worker counts as re-learned
 after ``relearn_batches`` consecutive batches with neither (a heuristic: the engine cannot be
-asked for its whole cache). ``stats.degraded`` is the metric; both transitions are logged.
+asked for its whole cache). ``stats.degraded`` is the metric; both transitions are logged, and
+every record carries it (``cache_state`` UNKNOWN while degraded, the lost gap's CLEARED first).
 
 Undecodable events (``Batch.rejected``) do not stop their batch: they are queued for the
 dead-letter topic (``take_rejected``; the shell files them) and the rest is applied. A malformed
@@ -119,6 +120,8 @@ class RankBridge:
             "registration_keys": None,
             "engine_seq": seq_value,
             "timestamp_ms": ts_ms,
+            # every record says whether the index can know this worker (KvEvent v2)
+            "cache_state": "UNKNOWN" if self.stats.degraded else "KNOWN",
         }
 
     def cleared_record(self, now_ms: int) -> dict[str, Any]:

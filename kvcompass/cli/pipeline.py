@@ -35,6 +35,8 @@ def register(subparsers: Any) -> None:
             a.add_argument("--take-within-ms", type=float, default=10.0, help="batch wait")
             a.add_argument("--initial-capacity", type=int, default=1 << 12)
             a.add_argument("--loglevel", default="info", help="Faust worker log level")
+            a.add_argument("--metrics-port", type=int, default=None,
+                           help="serve /metrics on 127.0.0.1:PORT (0: a free port)")  # fmt: skip
         a.set_defaults(func=run)
 
 
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     import faust
 
-    from pipeline.app import WorkerSettings, build_app
+    from pipeline.app import PipelineShell, WorkerSettings, build_app
 
     settings = WorkerSettings(
         cfg,
@@ -80,7 +82,13 @@ def run(args: argparse.Namespace) -> int:
         take_within_s=args.take_within_ms / 1000.0,
         initial_capacity=args.initial_capacity,
     )
-    app = build_app(settings)
+    shell = PipelineShell(settings)
+    app = build_app(settings, shell)
+    if args.metrics_port is not None:
+        from pipeline.metrics import serve_metrics
+
+        port = serve_metrics(shell, args.metrics_port)
+        print(f"pipeline metrics on http://127.0.0.1:{port}/metrics", flush=True)
     worker = faust.Worker(app, loglevel=args.loglevel, redirect_stdouts=False)
     worker.execute_from_commandline()
     return 0

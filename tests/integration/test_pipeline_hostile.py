@@ -58,7 +58,7 @@ def cfg(kafka_bootstrap: str) -> PipelineConfig:
 
 @pytest.fixture(scope="module")
 def worker(cfg: PipelineConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
-    w = Worker(cfg, tmp_path_factory.mktemp("worker") / "worker.log")
+    w = Worker(cfg, tmp_path_factory.mktemp("worker") / "worker.log", ("--metrics-port", "0"))
     w.start()
     yield w
     w.stop()
@@ -197,12 +197,32 @@ def test_restart_after_deleted_index_ops_refuses_recovery_and_keeps_the_epoch__r
     assert _shard_mismatches(sync, truth_before, (0,)) == 0
     assert int(sync.view.last_seq[0]) == seq_before
     assert "maintain[0] held" in _log(worker)
+    metrics = _scrape(worker)
+    assert "kvc_pipeline_recovery_refused_total" in metrics
+    assert _sample(metrics, "kvc_pipeline_recovery_refused_total") >= 1
+    assert _sample(metrics, 'kvc_pipeline_held{step="maintain[0]"}') == 1
     kept = len(truth_before.index.shards[0].tables[0].items()[0])
     print(
         f"retention: index-ops[0] records below {high // 2} of {high} deleted; shard 0 kept its "
         f"epoch (seq {seq_before}, {kept} entries of table 0, 0 mismatched); shards 1-2 applied "
         f"the new events"
     )
+
+
+def _scrape(worker: Worker) -> str:
+    import re
+    import urllib.request
+
+    ports = re.findall(r"pipeline metrics on http://127\.0\.0\.1:(\d+)/metrics", _log(worker))
+    with urllib.request.urlopen(f"http://127.0.0.1:{ports[-1]}/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def _sample(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in the exposition")
 
 
 def _shard_mismatches(sync: ViewSync, truth: object, shards: tuple[int, ...]) -> int:

@@ -58,8 +58,8 @@ def _wait(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
 class Worker:
     """A `kvcompass pipeline worker` subprocess with its log in a file."""
 
-    def __init__(self, cfg: PipelineConfig, log: Path) -> None:
-        self.cfg, self.log = cfg, log
+    def __init__(self, cfg: PipelineConfig, log: Path, extra: tuple[str, ...] = ()) -> None:
+        self.cfg, self.log, self.extra = cfg, log, extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -67,7 +67,7 @@ class Worker:
 
         args = ["pipeline", "worker", "--bootstrap", self.cfg.bootstrap_servers,
                 "--topic-prefix", self.cfg.topic_prefix, "--n-shards", str(self.cfg.n_shards),
-                "--deployment", DEP_NAME, "--take-within-ms", "5"]  # fmt: skip
+                "--deployment", DEP_NAME, "--take-within-ms", "5", *self.extra]  # fmt: skip
         if "kvcompass.cli.pipeline" in COMMAND_MODULES:
             cmd = [sys.executable, "-m", "kvcompass", *args]
         else:  # not wired into __main__ yet: the same subcommand through its own parser

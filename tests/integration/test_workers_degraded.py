@@ -51,6 +51,11 @@ def _ops(sink: MemoryProducer) -> list[str]:
     return [CODEC.decode(v)[1]["op"] for _, v in sink.of(PIPE.topics.kv_events) if v is not None]
 
 
+def _states(sink: MemoryProducer) -> list[str]:
+    return [CODEC.decode(v)[1]["cache_state"] for _, v in sink.of(PIPE.topics.kv_events)
+            if v is not None]  # fmt: skip
+
+
 async def _scenario() -> dict[str, Any]:
     costs = EmulatedCosts(time_scale=0.0)
     out: dict[str, Any] = {}
@@ -88,6 +93,7 @@ async def _scenario() -> dict[str, Any]:
                                  for v in _vectors(sink)[n_vectors:]),
                      "the restarted sidecar to report the cache unknown")  # fmt: skip
         out["ops_after_restart"] = _ops(sink)[n_ops:]
+        out["states_after_restart"] = _states(sink)[n_ops:]
         out["degraded_vector"] = next(v for v in _vectors(sink)[n_vectors:]
                                       if v["cache_unknown_worker_ids"])  # fmt: skip
         await send(70)  # clean batches (fresh prompts): the bridge re-learns after 64
@@ -95,6 +101,7 @@ async def _scenario() -> dict[str, Any]:
         await _until(lambda: any(v["cache_unknown_worker_ids"] == [] and v["bridged_worker_ids"]
                                  for v in _vectors(sink)[n_now:]),
                      "the sidecar to re-learn")  # fmt: skip
+        out["last_state"] = _states(sink)[-1]
         out["relearned_vector"] = next(v for v in _vectors(sink)[n_now:]
                                        if not v["cache_unknown_worker_ids"])  # fmt: skip
         second.cancel()
@@ -118,6 +125,9 @@ async def _scenario() -> dict[str, Any]:
 def test_restart_beyond_the_replay_buffer_is_degraded_everywhere_until_relearned() -> None:
     out = asyncio.run(_scenario())
     assert out["ops_after_restart"][:2] == ["CLEARED", "CLEARED"]  # start, then the lost gap
+    # kv-events say it too: the lost gap's CLEARED and what follows carry UNKNOWN, until re-learned
+    assert out["states_after_restart"][:2] == ["KNOWN", "UNKNOWN"]
+    assert out["last_state"] == "KNOWN"
     degraded = out["degraded_vector_health"]
     assert (degraded["status"], degraded["cache_unknown_workers"]) == ("degraded", [1])
     assert out["cache_unknown_total"] == 1

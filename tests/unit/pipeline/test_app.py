@@ -125,3 +125,18 @@ def test_large_valid_take_is_cut_into_bounded_records__4096_keys_per_event() -> 
     runs = [b for _, v in ops for b in decode_op_batch(CODEC.decode(v)[1])]  # type: ignore[arg-type]
     keys_out = sum(int(b.keys.size) for b in runs)
     assert keys_out == 120 * 4096 and shell.dead.total == 0
+
+
+def test_rechunk_follows_each_workers_cache_state__degraded_then_relearned() -> None:
+    shell, _ = _shell()
+    t = shell.topics
+    toks = np.arange(900, dtype=np.int32)
+    states = ["KNOWN", "UNKNOWN", "UNKNOWN", "KNOWN"]
+    batch = [_raw(t.kv_events, i, CODEC.encode("KvEvent", event(3, toks, cache_state=s)))
+             for i, s in enumerate(states)]  # fmt: skip
+    seen = []
+    for raw in batch:
+        asyncio.run(shell.rechunk([raw]))
+        seen.append(sorted(shell.cache_unknown))
+    assert seen == [[], [3], [3], []]
+    assert shell.cache_unknown_reports == 1  # one episode

@@ -39,6 +39,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "tier": "VRAM", "token_count": 4, "token_ids": TOKENS, "block_hashes": [-5, 2**62],
         "parent_block_hash": None, "block_size_tokens": 16, "registration_lengths": [128, 256],
         "registration_keys": [2**63 - 1, 0], "engine_seq": 42, "timestamp_ms": 1_796_000_000_000,
+        "cache_state": "UNKNOWN",
     },
     "IndexOp": {
         "key": 2**63 - 1, "table": 3, "shard": 1, "field": 15, "op": "SET", "tier": "DRAM",
@@ -266,6 +267,6 @@ def test_plain_keys_are_big_endian__int32_int64() -> None:
 def _file_of(name: str) -> str:
     return {
         "IndexPatch": "index_patch.avsc",
-        "KvEvent": "kv_event.avsc",
+        "KvEvent": "kv_event.v2.avsc",
         "RoutingDecision": "routing_decision.avsc",
     }[name]

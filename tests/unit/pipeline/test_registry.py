@@ -27,7 +27,7 @@ from pipeline.registry import (
 )
 
 EXPECTED_IDS = {
-    "KvEvent": 1,
+    "KvEvent": 11,  # id 1 still reads
     "IndexOp": 2,
     "IndexPatch": 3,
     "QueueVector": 10,  # id 4 still reads
