@@ -176,6 +176,7 @@ class PipelineShell:
         self.cache_unknown: set[int] = set()
         """Workers whose last event said cache_state UNKNOWN (degraded sidecar)."""
         self.cache_unknown_reports = 0
+        self.undecodable_patches = 0
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -259,12 +260,7 @@ class PipelineShell:
         s = self.settings
         bootstrap = s.config.bootstrap_servers
         self._check_replay_covers(partition)
-        scan = PatchScan()
-        for r in read_partition(bootstrap, self.topics.index_patches, partition):
-            if r.key is None:
-                continue
-            seq = None if r.value is None else decode_value(self.sink.schema_id, r.value).record.seq
-            scan.observe(decode_key(r.key), seq)
+        scan = self.scan_patches(read_partition(bootstrap, self.topics.index_patches, partition))
         history: list[tuple[int, OpBatch]] = []
         ops = read_partition(bootstrap, self.topics.index_ops, partition, first_offset)
         if ops and not replay_covers(ops[0].offset):  # deleted between the check and the read
@@ -284,6 +280,30 @@ class PipelineShell:
         log.info("shard %d rebuilt from %d op runs; fresh epoch published up to seq %d",
                  partition, len(history), unit.state.seq)  # fmt: skip
         return unit
+
+    def scan_patches(self, records: Sequence[Raw]) -> PatchScan:
+        """What a shard's ``index-patches`` says (epochs, last seq, live pieces). A record that
+        does not decode is skipped and counted (edges skip it too): it must not make every
+        recovery of the shard fail, and it is not the unit's to dead-letter on each rebuild."""
+        scan = PatchScan()
+        for r in records:
+            if r.key is None:
+                continue
+            try:
+                key = decode_key(r.key)
+                seq = (
+                    None
+                    if r.value is None
+                    else decode_value(self.sink.schema_id, r.value).record.seq
+                )
+            except (InvalidInputError, KeyError, ValueError) as exc:
+                self.undecodable_patches += 1
+                log.warning(
+                    "%s[%d]@%d: skipped in recovery: %s", r.topic, r.partition, r.offset, exc
+                )
+                continue
+            scan.observe(key, seq)
+        return scan
 
     def _check_replay_covers(self, partition: int) -> None:
         """Raise ``RecoveryRefused`` if index-ops[partition] lost records a replay needs."""

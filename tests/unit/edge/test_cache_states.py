@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edge.app import assemble, build_app
 from edge.cache_states import CacheStates
@@ -70,3 +72,44 @@ def test_degraded_worker_shows_in_health_and_metrics_until_relearned__queue_vect
     assert (after["status"], after["cache_unknown_workers"]) == ("ok", [])
     letters = [codec.decode(v)[1] for _, v in sink.of("dl") if v is not None]
     assert [d["original_offset"] for d in letters] == [2] and "subset" in letters[0]["reason"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.binary(max_size=60) | st.builds(
+    lambda cut, flip: (cut, flip), st.integers(5, 60), st.integers(0, 480)), min_size=1,
+    max_size=8))  # fmt: skip
+def test_queue_vectors_are_applied_or_dead_lettered__random_and_mutated(cases: list[Any]) -> None:
+    cfg = EdgeConfig.from_mapping({"region": "a", "model": MODEL, "loads_poll_period_ms": 0.0})
+    edge = _EDGE.setdefault("e", assemble(cfg, DEP))
+    sink = MemoryProducer()
+    follower = QueueVectorFollower(edge, None, DeadLetters(sink, edge.service.codec, "dl", "e"))
+    codec = edge.service.codec
+    valid = codec.encode("QueueVector", _vector([1]))
+    for i, case in enumerate(cases):
+        if isinstance(case, tuple):  # a valid vector cut and with one bit flipped
+            cut, flip = case
+            b = bytearray(valid[:cut])
+            b[flip % len(b)] ^= 1 << (flip % 8)
+            value = bytes(b)
+        else:
+            value = case
+        n0 = len(sink.of("dl"))
+        applied = follower.handle(0, i, None, value)  # never raises
+        filed = len(sink.of("dl")) - n0
+        assert filed in (0, 1) and not (applied and filed)  # applied, or filed once, or ...
+        if not applied and not filed:  # ... a valid vector skipped as stale
+            assert _decodes(codec, value)
+    letters = [codec.decode(v)[1] for _, v in sink.of("dl") if v is not None]
+    assert all(d["reason"] and d["original_topic"] for d in letters)
+    assert edge.cache_states.unknown() in ([], [1])
+
+
+_EDGE: dict[str, Any] = {}
+
+
+def _decodes(codec: Any, value: bytes) -> bool:
+    try:
+        codec.decode(value)
+    except Exception:
+        return False
+    return True

@@ -24,6 +24,7 @@ from pipeline.app import PipelineShell, Raw, WorkerSettings
 from pipeline.codec import AvroCodec, DecodeError
 from pipeline.config import PipelineConfig
 from pipeline.maintenance import MaintenanceUnit, PatchScan
+from pipeline.patch_sink import decode_key, decode_value, encode_patch
 from pipeline.rechunk import EventRef, OpBatch, by_shard, decode_op_batch, encode_op_batch
 from pipeline.registry import InProcessRegistry
 from tests.unit.pipeline._pipeline_fixtures import DEP, event
@@ -187,3 +188,57 @@ def test_index_ops_are_applied_or_dead_lettered__random_and_mutated(values: list
         a, b = unit.state.tables[t].items(), ref.state.tables[t].items()
         oa, ob = np.argsort(a[0]), np.argsort(b[0])
         assert np.array_equal(a[0][oa], b[0][ob]) and np.array_equal(a[1][oa], b[1][ob])
+
+
+def _patch_pairs() -> list[tuple[bytes, bytes]]:
+    shell = _shell()[0]
+    unit = MaintenanceUnit(shell.layout, 0, N_SHARDS, initial_capacity=16)
+    pairs: list[tuple[bytes, bytes]] = []
+    for p in unit.recover([], PatchScan(), 0).patches:
+        keys, values = encode_patch(shell.sink.schema_id, p, 0, 0)
+        pairs += list(zip(keys, values, strict=True))
+    return pairs
+
+
+PATCHES: list[tuple[bytes, bytes]] = []
+
+
+@st.composite
+def patch_records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
+    if not PATCHES:
+        PATCHES.extend(_patch_pairs())
+    key, value = draw(st.sampled_from(PATCHES))
+    how = draw(st.sampled_from(["valid", "tombstone", "bad-key", "bad-value", "random", "null"]))
+    if how == "tombstone":
+        return key, None
+    if how == "bad-key":
+        return _mutate(draw, key), value
+    if how == "bad-value":
+        return key, _mutate(draw, value)
+    if how == "random":
+        return draw(st.binary(max_size=40)), draw(st.binary(max_size=80))
+    return (None, value) if how == "null" else (key, value)
+
+
+@FUZZ
+@given(st.lists(patch_records(), min_size=1, max_size=20))
+def test_recovery_scan_skips_undecodable_patches__random_and_mutated(
+    pairs: list[tuple[bytes | None, bytes | None]],
+) -> None:
+    shell, _ = _shell()
+    before = shell.undecodable_patches
+    topic = shell.topics.index_patches
+    scan = shell.scan_patches([Raw(topic, 0, i, k, v) for i, (k, v) in enumerate(pairs)])
+    ref, bad = PatchScan(), 0  # the decodable records alone, in order
+    for k, v in pairs:
+        if k is None:
+            continue
+        try:
+            key = decode_key(k)
+            seq = None if v is None else decode_value(shell.sink.schema_id, v).record.seq
+        except Exception:
+            bad += 1
+            continue
+        ref.observe(key, seq)
+    assert shell.undecodable_patches - before == bad
+    assert (scan.last_seq, scan.max_epoch, scan.live) == (ref.last_seq, ref.max_epoch, ref.live)
