@@ -34,12 +34,15 @@ demo: $(STAMP)
 demo-faults: $(STAMP)
 	$(BIN)/python -m kvcompass demo-faults
 
+# Every package, strict (pyproject's [tool.mypy]); ruff formats the Python in Markdown too.
+PACKAGES := kvcompass pipeline edge workers sim e2e bench
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check kvcompass
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy kvcompass
+	$(BIN)/mypy $(PACKAGES)
 
 test: lint typecheck engines
 	KVCOMPASS_ENGINES_DIR=$(ENGINES_DIR) $(BIN)/python -m pytest -q

@@ -13,6 +13,7 @@ Times are the median of repeated runs after a warm-up (numba compiled and cached
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -53,9 +54,9 @@ def run(repeat: int, n_prompts: int) -> list[dict[str, object]]:
     for n_cuts in (6, 12, 18):
         cuts = _cuts(n_cuts, 4096)
         cases: dict[str, Callable[[], object]] = {
-            "numba keys_at": lambda c=cuts: hasher.keys_at(prompt, c),
-            "mmh3 hasher objects": lambda c=cuts: keys_at_mmh3_hasher(ns, prompt, c),
-            "mmh3.hash128 per prefix": lambda c=cuts: keys_at_bytes(ns, prompt, c),
+            "numba keys_at": functools.partial(hasher.keys_at, prompt, cuts),
+            "mmh3 hasher objects": functools.partial(keys_at_mmh3_hasher, ns, prompt, cuts),
+            "mmh3.hash128 per prefix": functools.partial(keys_at_bytes, ns, prompt, cuts),
         }
         for name, fn in cases.items():
             s = _median_s(fn, repeat)

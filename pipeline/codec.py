@@ -88,6 +88,11 @@ _DECODE_FAILURES = (
 )
 
 
+def value_header(schema_id: int) -> bytes:
+    """The 5-byte framing of a value written with ``schema_id`` (confluent-kafka's ``SchemaId``)."""
+    return SchemaId(_AVRO, schema_id).id_to_bytes()
+
+
 class DecodeError(InvalidInputError):
     """Bytes that are not a record of a known schema in the Confluent wire format.
 
@@ -208,8 +213,7 @@ class AvroCodec:
             schema_id = self._registry.writer_id(schema_name)
         except UnknownSchemaError as exc:
             raise EncodeError(str(exc)) from exc
-        header = SchemaId(_AVRO, schema_id).id_to_bytes()
-        writer = (header, self._registry.writer_schema(schema_name))
+        writer = (value_header(schema_id), self._registry.writer_schema(schema_name))
         self._writers[schema_name] = writer
         return writer
 

@@ -5,9 +5,11 @@ retired epoch pieces (tombstones: null values) into Kafka records, partition = s
 22-byte patch key (``pipeline.codec.encode_patch_key``), so compaction keeps the latest image of
 every (table, shard, epoch, kind, index) and drops retired epochs.
 
-The value is the ``IndexPatch`` record in the Confluent wire format, written here by hand because
-the codec's ~5 µs per record would cap one maintenance process far below 100k key-ops/s. The
-bytes are identical to ``AvroCodec.encode("IndexPatch", ...)`` (unit-tested)::
+The value is the ``IndexPatch`` record in the Confluent wire format, its body written here by
+hand because the codec's ~5 µs per record would cap one maintenance process far below 100k
+key-ops/s; the framing is the codec's (``pipeline.codec.value_header``, confluent-kafka's
+``SchemaId``). The bytes are identical to ``AvroCodec.encode("IndexPatch", ...)``
+(unit-tested)::
 
     0x00 | schema id (4, big-endian) | zz(table) zz(shard) zz(epoch) zz(kind) zz(index)
          | zz(len(image)) image | zz(seq) zz(source_offset) zz(timestamp_ms)
@@ -30,7 +32,7 @@ from numpy.typing import NDArray
 from kvcompass.index import ShardPatch
 from kvcompass.ludo import PatchBatch, PatchKind
 from kvcompass.patch_stream import PatchRecord
-from pipeline.codec import HEADER_BYTES, MAGIC, DecodeError, encode_patch_key
+from pipeline.codec import HEADER_BYTES, MAGIC, DecodeError, encode_patch_key, value_header
 from pipeline.maintenance import PatchKeyTuple
 from pipeline.producer import ProducerPort
 
@@ -58,7 +60,7 @@ def encode_records(
     schema_id: int, records: Iterable[PatchRecord], source_offset: int, timestamp_ms: int
 ) -> list[tuple[bytes, bytes]]:
     """``(key, value)`` wire bytes of image records (all of one shard, any tables)."""
-    head = bytes([MAGIC]) + schema_id.to_bytes(4, "big")
+    head = value_header(schema_id)
     tail_cache: dict[int, bytes] = {}
     prefix_cache: dict[tuple[int, int, int], bytes] = {}
     tail_rest = _zz(source_offset) + _zz(timestamp_ms)
@@ -149,7 +151,7 @@ def encode_patch(
     over ``explode(patch)``, but vectorised (the maintenance hot path)."""
     b = patch.batch
     t, s, e, q = patch.table, patch.shard, b.params.epoch, patch.seq
-    head = bytes([MAGIC]) + schema_id.to_bytes(4, "big") + _zz(t) + _zz(s) + _zz(e)
+    head = value_header(schema_id) + _zz(t) + _zz(s) + _zz(e)
     tail = _zz(q) + _zz(source_offset) + _zz(timestamp_ms)
     keys: list[bytes] = []
     values: list[bytes] = []
