@@ -128,14 +128,24 @@ def parse_server_info(info: Mapping[str, Any], engine_url: str) -> EngineEvents:
     )
 
 
-async def discover(engine_url: str, timeout_s: float = 5.0) -> EngineEvents:
+async def discover(engine_url: str, timeout_s: float = 5.0, wait_s: float = 120.0) -> EngineEvents:
+    """``/server_info`` of the engine, waiting up to ``wait_s`` for it to come up (a sidecar
+    started with its engine, or before it, must not fail while the engine loads)."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as http,
-        http.get(engine_url.rstrip("/") + "/server_info") as resp,
-    ):
-        resp.raise_for_status()
-        return parse_server_info(await resp.json(), engine_url)
+    deadline = time.monotonic() + wait_s
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        while True:
+            try:
+                async with http.get(engine_url.rstrip("/") + "/server_info") as resp:
+                    resp.raise_for_status()
+                    return parse_server_info(await resp.json(), engine_url)
+            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(
+                        f"engine {engine_url}: no /server_info within {wait_s:.0f} s: {exc!r}"
+                    ) from exc
+                log.info("engine %s not up yet (%r); retrying", engine_url, exc)
+                await asyncio.sleep(1.0)
 
 
 def apply_discovery(cfg: SidecarConfig, found: EngineEvents) -> SidecarConfig:
