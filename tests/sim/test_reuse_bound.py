@@ -11,12 +11,10 @@ the pool, and Mixed), and its per-request reuse must stay within the bound.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from kvcompass.cli.data import MOONCAKE_TRACE
 from kvcompass.deployment import builtin_deployment
 from kvcompass.levels import Levels
 from sim import schemes
@@ -26,11 +24,8 @@ from sim.experiment import load_trace_workload
 from sim.runner import run_scheme
 from sim.workloads import WORKLOADS
 from sim.workloads.workload import Workload
+from tests.ci import require_file
 
-_ROOT = Path(__file__).resolve().parents[2]
-# ../shared/data beside the repository (a git worktree under wt/ sits one level deeper).
-_CANDIDATES = [p / "shared/data/mooncake/conversation_trace.jsonl" for p in _ROOT.parents[:2]]
-TRACE_FILE = next((p for p in _CANDIDATES if p.exists()), _CANDIDATES[0])
 DEP = builtin_deployment("paper-testbed-14x3")
 SCHEMES = [*schemes.ALL, *schemes.IDEAL]
 
@@ -55,27 +50,19 @@ def infinite_cache_bound(wl: Workload) -> np.ndarray:
     return bound
 
 
-def _workloads() -> list[tuple[str, Workload]]:
-    rng = np.random.default_rng(3)
+def _workload(kind: str) -> Workload:
+    if kind == "trace":
+        path = require_file(MOONCAKE_TRACE)
+        return load_trace_workload(path, "mooncake", 512, DEP, 300, 1, 8.0)
     weights = np.array([r.n_workers for r in DEP.regions], dtype=np.float64)
-    mixed = WORKLOADS["mixed"](400, 40.0, DEP.n_regions, weights, rng)
-    out = [("mixed", mixed)]
-    if not TRACE_FILE.exists() and os.environ.get("CI") == "true":
-        raise FileNotFoundError(f"the Mooncake trace is needed under CI: {TRACE_FILE}")
-    if TRACE_FILE.exists():
-        out.append(("trace", load_trace_workload(TRACE_FILE, "mooncake", 512, DEP, 300, 1, 8.0)))
-    return out
+    return WORKLOADS["mixed"](400, 40.0, DEP.n_regions, weights, np.random.default_rng(3))
 
 
-@pytest.fixture(scope="module", params=_workloads(), ids=lambda p: p[0])
+@pytest.fixture(scope="module", params=["mixed", "trace"])
 def case(request: pytest.FixtureRequest) -> tuple[Workload, Requests, np.ndarray]:
-    wl: Workload = request.param[1]
-    cfg = SimConfig()
-    return (
-        wl,
-        Requests(wl, Levels.from_deployment(DEP), cfg.chunk_tokens_for(wl.block_tokens)),
-        infinite_cache_bound(wl),
-    )
+    wl = _workload(request.param)
+    chunk = SimConfig().chunk_tokens_for(wl.block_tokens)
+    return wl, Requests(wl, Levels.from_deployment(DEP), chunk), infinite_cache_bound(wl)
 
 
 def test_bound__is_tight_somewhere_and_zero_for_unshared_prompts(
