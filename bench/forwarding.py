@@ -144,12 +144,17 @@ def run(dep: Deployment, args: argparse.Namespace) -> dict[str, object]:
     for i in range(min(200, args.decisions)):  # warm up (numba dispatch, caches)
         edge.decide(prompts[i], 0.0)
     lat = np.empty(args.decisions, dtype=np.float64)
+    cpu = np.empty(args.decisions, dtype=np.float64)
     hits = 0
     clock = time.perf_counter_ns
+    cpu_clock = time.thread_time_ns
     for i in range(args.decisions):
+        c = cpu_clock()
         s = clock()
         d, _ = edge.decide(prompts[i], 0.0)
-        lat[i] = (clock() - s) / 1e3
+        e = clock()
+        cpu[i] = (cpu_clock() - c) / 1e3
+        lat[i] = (e - s) / 1e3
         hits += d.claimed_tokens > 0
     parts = _breakdown(edge, prompts[: min(5000, args.decisions)])
     return {
@@ -162,7 +167,10 @@ def run(dep: Deployment, args: argparse.Namespace) -> dict[str, object]:
         "build_s": round(build_s, 2),
         "decision_p50_us": round(float(np.percentile(lat, 50)), 2),
         "decision_p99_us": round(float(np.percentile(lat, 99)), 2),
+        "decision_cpu_p50_us": round(float(np.percentile(cpu, 50)), 2),
+        "decision_cpu_p99_us": round(float(np.percentile(cpu, 99)), 2),
         "decisions_per_s": round(1e6 / float(lat.mean()), 0),
+        "tables": view.layout.n_tables,
         "winner_claims_a_match": round(hits / args.decisions, 3),
         **parts,
     }

@@ -229,6 +229,12 @@ def ludo_table_invariants(table: LudoTable) -> list[str]:
         parent[ra] = rc
     if n_live != len(table):
         bad.append(f"{n_live} occupied slots but len {len(table)}")
+    for b in range(p.n_buckets):
+        full = all(int(st.skeys[4 * b + s]) != empty for s in range(4))
+        if bool((int(st.bfull[b >> 6]) >> (b & 63)) & 1) != full:
+            bad.append(
+                f"bucket {b}: full bit {not full}, but it holds {'4' if full else '< 4'} keys"
+            )
     for node in range(len(parent)):
         got: set[int] = set()
         h, prev = int(st.head[node]), -1

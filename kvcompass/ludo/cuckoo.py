@@ -89,6 +89,20 @@ def mark_bucket(bdirty: U8, blist: I32, meta: I64, b: Int) -> None:
 
 
 @inlined
+def is_full(bfull: U64, b: Int) -> bool:
+    return bool(((bfull[b >> 6] >> np.uint64(b & 63)) & np.uint64(1)) != _ZERO)
+
+
+@inlined
+def set_full(bfull: U64, b: Int, full: bool) -> None:
+    bit = np.uint64(1) << np.uint64(b & 63)
+    if full:
+        bfull[b >> 6] |= bit
+    else:
+        bfull[b >> 6] &= ~bit
+
+
+@inlined
 def find(skeys: U64, key: np.uint64, b0: Int, b1: Int) -> Int:
     """Slot position of ``key`` or -1 (free slots hold ``EMPTY``, never a valid key)."""
     for s in range(4):
@@ -160,6 +174,7 @@ def rewrite(
     bdirty: U8,
     blist: I32,
     meta: I64,
+    bfull: U64,
     wide: bool,
     fb: Int,
     slot_seed: np.uint64,
@@ -201,6 +216,7 @@ def rewrite(
         sentry[p] = np.int64(scratch[SE + i])
         put_value(values, wide, p, scratch[SV + i])
         put_fp(fps, fb, p, scratch[SF + i])
+    set_full(bfull, b, n == 4)
     mark_bucket(bdirty, blist, meta, b)
 
 
@@ -225,10 +241,14 @@ def root_path(
 def bfs_path(
     params: U64,
     skeys: U64,
+    sentry: I32,
+    values: U32,
+    fps: U8,
     seeds: U8,
     scratch: U64,
     meta: I64,
     mark: I32,
+    bfull: U64,
     qbucket: I32,
     qparent: I32,
     qslot: I32,
@@ -243,6 +263,14 @@ def bfs_path(
     Returns the path length d or 0 if there is none or a seed search on the path fails. Path
     bucket i is ``scratch[PB+i]`` (root first); ``scratch[PD+i]`` is the slot of the key leaving
     it (i < d-1); ``scratch[PS+i]`` is its new seed.
+
+    Level-synchronous, children in (parent, slot) order; the first child with room ends the
+    search (the shallowest, first in that order). Room is read from ``bfull``, not from the
+    child's keys, so finding a path of depth d reads the keys of d-1 levels only (the roots'
+    are prefetched by the caller). A child with room is never a visited bucket (every bucket
+    visited so far is full), so the visited check is needed only for the full children queued
+    for the next level, and the last level queues none. ``M_BFS_NODES`` counts the buckets
+    queued (the roots, the full children expanded, the one found).
     """
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
     if meta[M_STAMP] >= STAMP_LIMIT:  # int32 marks: start over before the stamp would wrap
@@ -263,13 +291,11 @@ def bfs_path(
         tail += 1
     found = -1
     for qi in range(tail):  # a root with room ends the search at once
-        if count(skeys, qbucket[qi]) < 4:
+        if not is_full(bfull, qbucket[qi]):
             found = qi
             break
     lo, hi, depth = 0, tail, 1
     while found < 0 and depth < MAX_DEPTH and lo < hi:
-        # level-synchronous: hash and prefetch every child of this level first, so the level's
-        # cache misses overlap instead of costing one round trip per child
         nc = 0
         for qi in range(lo, hi):
             x = qbucket[qi]
@@ -278,26 +304,33 @@ def bfs_path(
                 alt = y1 if y0 == x else y0
                 qalt[nc] = alt
                 nc += 1
-                prefetch(skeys, alt * 4)
-                prefetch(mark, alt)
-        c = 0
-        for qi in range(lo, hi):
-            x = qbucket[qi]
-            for s in range(4):
+        hit = -1
+        for c in range(nc):
+            alt = qalt[c]
+            if alt != qbucket[lo + c // 4] and not is_full(bfull, alt):
+                hit = c
+                break
+        if hit >= 0:
+            qi = lo + hit // 4
+            qbucket[tail] = qalt[hit]
+            qparent[tail] = qi
+            qslot[tail] = qbucket[qi] * 4 + hit % 4
+            qdepth[tail] = depth + 1
+            found = tail
+            tail += 1
+            break
+        if depth + 1 < MAX_DEPTH:  # queue the next level; its keys are read next round
+            for c in range(nc):
                 alt = qalt[c]
-                c += 1
-                if alt != x and mark[alt] != stamp:
+                qi = lo + c // 4
+                if alt != qbucket[qi] and mark[alt] != stamp:
                     mark[alt] = stamp
+                    prefetch(skeys, alt * 4)
                     qbucket[tail] = alt
                     qparent[tail] = qi
-                    qslot[tail] = x * 4 + s
+                    qslot[tail] = qbucket[qi] * 4 + c % 4
                     qdepth[tail] = depth + 1
                     tail += 1
-                    if count(skeys, alt) < 4:  # the first child with room is the shallowest
-                        found = tail - 1
-                        break
-            if found >= 0:
-                break
         lo, hi, depth = hi, tail, depth + 1
     meta[M_BFS] += 1
     meta[M_BFS_NODES] += tail
@@ -305,11 +338,21 @@ def bfs_path(
         return 0
     d = qdepth[found]
     node = found
+    vw = 2 if params[4] == 64 else 1
+    fw = np.int64(params[5]) // 8
     for i in range(d - 1, -1, -1):
-        scratch[PB + i] = np.uint64(qbucket[node])
+        x = qbucket[node]
+        scratch[PB + i] = np.uint64(x)
         if i > 0:
             scratch[PD + i - 1] = np.uint64(qslot[node])
         node = qparent[node]
+        # the seed search and the moves below read these lines: start their misses together
+        prefetch(skeys, x * 4)
+        prefetch(sentry, x * 4)
+        prefetch(values, x * 4 * vw)
+        prefetch(seeds, x)
+        if fw > 0:
+            prefetch(fps, x * 4 * fw)
     # incoming key of bucket i is the key leaving bucket i-1 (or the new key for i = 0)
     for i in range(d):
         x = np.int64(scratch[PB + i])

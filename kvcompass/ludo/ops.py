@@ -20,6 +20,7 @@ from kvcompass.ludo.hashing import Int, bucket_pair
 from kvcompass.ludo.jit import inlined, kernel
 from kvcompass.ludo.othello import rebuild_arrays
 from kvcompass.ludo.placement import place, prefetch_op, remove_at
+from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import EMPTY, M_LIVE, M_MAXLIVE, TableState, unpack
 
 OK, FULL, NO_PLACE, LOCATOR = 0, 1, 2, 3
@@ -78,7 +79,9 @@ def apply_ops(
     loc, head, half, wdirty, wlist = st.locator, st.head, st.half, st.wdirty, st.wlist
     stack, via, seen, mark, rng = st.stack, st.via, st.seen, st.mark, st.rng
     qbucket, qparent, qslot, qdepth, qalt = st.qbucket, st.qparent, st.qslot, st.qdepth, st.qalt
+    bfull = st.bfull
     wide = params[4] == 64
+    vw = 2 if wide else 1
     fb = np.int64(params[5])
     bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
     n = stop
@@ -87,6 +90,13 @@ def apply_ops(
             prefetch_op(params, skeys, sentry, values, fps, seeds, loc, head, keys[i + AHEAD])
         key = keys[i]
         b0, b1 = bucket_pair(key, bucket_seed, n_buckets)
+        # Both candidates' value, entry and dirty-flag lines, before find() waits for the keys:
+        # a lone op (nothing prefetched ahead) then pays one round of cache misses, not two.
+        # Already-cached lines (the batched path) make these near free.
+        for b in (b0, b1):
+            prefetch(values, b * 4 * vw)
+            prefetch(sentry, b * 4)
+            prefetch(bdirty, b)
         pos = find(skeys, key, b0, b1)
         cur = get_value(values, wide, pos) if pos >= 0 else _ZERO
         nv = (cur & ~clear_masks[i]) | set_bits[i]
@@ -103,6 +113,7 @@ def apply_ops(
                     free_entries,
                     head,
                     half,
+                    bfull,
                     wide,
                     fb,
                     pos,
@@ -118,10 +129,14 @@ def apply_ops(
                 d = bfs_path(
                     params,
                     skeys,
+                    sentry,
+                    values,
+                    fps,
                     seeds,
                     scratch,
                     meta,
                     mark,
+                    bfull,
                     qbucket,
                     qparent,
                     qslot,
@@ -153,6 +168,7 @@ def apply_ops(
                 stack,
                 via,
                 seen,
+                bfull,
                 key,
                 nv,
                 d,
@@ -169,7 +185,7 @@ def clear_all(mem: U64, mask: np.uint64) -> None:
     st = unpack(mem)
     params, skeys, sentry, values, fps = st.params, st.skeys, st.sentry, st.values, st.fps
     bdirty, blist, meta, free_entries = st.bdirty, st.blist, st.meta, st.free_entries
-    head, half = st.head, st.half
+    head, half, bfull = st.head, st.half, st.bfull
     wide = params[4] == 64
     fb = np.int64(params[5])
     for pos in range(skeys.shape[0]):
@@ -189,6 +205,7 @@ def clear_all(mem: U64, mask: np.uint64) -> None:
                 free_entries,
                 head,
                 half,
+                bfull,
                 wide,
                 fb,
                 pos,

@@ -22,6 +22,7 @@ from kvcompass.ludo.cuckoo import (
     put_fp,
     put_value,
     rewrite,
+    set_full,
 )
 from kvcompass.ludo.hashing import Int, bucket_pair, fingerprint, locator_cells
 from kvcompass.ludo.jit import inlined
@@ -52,11 +53,13 @@ def remove_at(
     free_entries: I32,
     head: I32,
     half: I32,
+    bfull: U64,
     wide: bool,
     fb: Int,
     pos: Int,
 ) -> None:
     """Remove the key at slot ``pos``: empty slot (value 0), Othello edge gone, entry freed."""
+    set_full(bfull, pos >> 2, False)
     e = sentry[pos]
     sentry[pos] = -1
     skeys[pos] = EMPTY
@@ -90,6 +93,7 @@ def place(
     stack: I32,
     via: I32,
     seen: I32,
+    bfull: U64,
     key: np.uint64,
     v: np.uint64,
     d: Int,
@@ -139,6 +143,7 @@ def place(
             bdirty,
             blist,
             meta,
+            bfull,
             wide,
             fb,
             slot_seed,

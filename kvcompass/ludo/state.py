@@ -32,6 +32,8 @@ Layout, with ``B`` buckets, ``S = 4B`` slots, ``E = S`` entry ids, ``N = ma + mb
   ``2N`` each: side A uses ``[0, N)``, side B ``[N, 2N)``; zero pages until touched).
 * ``meta``: int64 scalars at the ``M_*`` indices below; ``rng[0]``: splitmix64 state for new
   locator seeds.
+* ``bfull``: bit ``b & 63`` of word ``b >> 6`` is 1 iff bucket ``b`` holds 4 keys (32 KB at 10^6
+  keys: cache-resident, so the BFS tells a bucket with room without reading its keys).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class TableState(NamedTuple):
     scratch: NDArray[np.uint64]
     meta: NDArray[np.int64]
     rng: NDArray[np.uint64]
+    bfull: NDArray[np.uint64]
     mem: NDArray[np.uint64]
 
 
@@ -131,6 +134,7 @@ def _sizes(params: LudoParams) -> dict[str, tuple[type[np.generic], int]]:
         "scratch": (np.uint64, 72),
         "meta": (np.int64, META_LEN),
         "rng": (np.uint64, 1),
+        "bfull": (np.uint64, -(-nb // 64)),
     }
 
 
@@ -202,5 +206,6 @@ def unpack(mem: NDArray[np.uint64]) -> TableState:
         _field(mem, 23, np.uint64),
         _field(mem, 24, np.int64),
         _field(mem, 25, np.uint64),
+        _field(mem, 26, np.uint64),
         mem,
     )
