@@ -11,7 +11,8 @@ Scenarios (``SCENARIOS``): ``baseline`` (no fault), ``maintenance-crash`` (SIGKI
 run ``hold_s``, start it again), ``edge-restart`` (SIGTERM + start the edge of the second region:
 its clients see refused connections meanwhile, the others are served), ``broker-restart`` (only
 when the cluster owns its broker; a bounded error burst is allowed and reported),
-``queue-vectors-drop`` (``drop_queue_vectors(hold_s)``).
+``queue-vectors-drop`` (``drop_queue_vectors(hold_s)``), ``poison-record`` (999,960 bytes of
+garbage on ``kv-events``: one bounded dead letter, the valid events around it all applied).
 
 Must not: be the project's load generator for experiments (that is ``e2e/loadgen.py``).
 """
@@ -275,12 +276,25 @@ def _queue_vectors_drop(c: LocalCluster, hold_s: float) -> str:
     return f"all sidecars paused {hold_s:.0f} s (no queue vectors)"
 
 
+def _poison_record(c: LocalCluster, hold_s: float) -> str:
+    from confluent_kafka import Producer
+
+    garbage = b"\x7b" + np.random.default_rng(13).bytes(999_959)  # no Avro magic: UNDECODABLE
+    producer = Producer({"bootstrap.servers": c.bootstrap, "log_level": 3})
+    producer.produce(c.topics.kv_events, garbage, b"\x00\x00\x00\x00", 0)
+    if producer.flush(30):
+        raise RuntimeError("the poison record was not delivered")
+    time.sleep(hold_s)
+    return f"{len(garbage):,} bytes of garbage on {c.topics.kv_events}[0]"
+
+
 SCENARIOS: dict[str, Fault] = {
     "baseline": _baseline,
     "maintenance-crash": _maintenance_crash,
     "edge-restart": _edge_restart,
     "broker-restart": _broker_restart,
     "queue-vectors-drop": _queue_vectors_drop,
+    "poison-record": _poison_record,
 }
 
 

@@ -3,8 +3,9 @@
 
 A small 3-region deployment (us 2, eu 1, asia 1 workers) runs as real ``kvcompass`` processes:
 maintenance units, emulated workers + sidecars, one edge per region. Under a background load,
-maintenance crash / edge restart / queue-vector drop (shared session broker) and a broker restart
-(a broker of its own, started by the cluster in ``tmp_path``) each keep requests served, and
+maintenance crash / edge restart / queue-vector drop / a 1 MB poison record (shared session
+broker) and a broker restart (a broker of its own, started by the cluster in ``tmp_path``) each
+keep requests served, and
 afterwards every edge's view equals the truth rebuilt from ``kv-events`` and every accepted event
 is in ``index-ops``. No process outlives the cluster, also when start-up fails.
 """
@@ -89,7 +90,7 @@ def test_faults__shared_broker__served_views_equal_truth_nothing_lost(
         load = BackgroundLoad(cluster.edge_urls, clients=3, seed=1)
         results = run_scenarios(
             cluster,
-            ["maintenance-crash", "edge-restart", "queue-vectors-drop"],
+            ["maintenance-crash", "edge-restart", "queue-vectors-drop", "poison-record"],
             hold_s=3.0,
             settle_s=2.0,
             load=load,
@@ -101,6 +102,8 @@ def test_faults__shared_broker__served_views_equal_truth_nothing_lost(
         others = [t.served for r, t in restart.load.per_edge.items() if r != restarted]
         assert others and all(n > 0 for n in others), restart.load  # the other edges served
         assert restart.load.failed == 0, restart.load.errors  # refused while down, never 5xx
+        poison = results[3]
+        assert poison.events is not None and poison.events.dead_letters >= 1  # and nothing lost
 
         cluster.flush_caches()
         after = cluster.check_views()
