@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ci import in_ci, missing
 
 ROOT = Path(__file__).resolve().parents[2]
 TF_DIR = ROOT / "infra" / "terraform"
@@ -38,7 +39,7 @@ REPLICATED = ["index-patches", "queue-vectors", "migrations"]
 
 
 def _require(module: str) -> Any:
-    if os.environ.get("CI") == "true":
+    if in_ci():
         return importlib.import_module(module)
     return pytest.importorskip(module, reason=f"{module} missing: install the 'infra' extra")
 
@@ -49,9 +50,7 @@ def _checkov() -> str:
         return str(exe)
     found = shutil.which("checkov")
     if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("checkov not installed (the 'infra' extra)")
-        pytest.skip("checkov not installed: install the 'infra' extra")
+        missing("checkov not installed: install the 'infra' extra")
     return found
 
 
