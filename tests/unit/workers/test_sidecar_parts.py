@@ -6,18 +6,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
 from kvcompass.errors import ConfigError
 from kvcompass.router.load_report import queue_ms, worker_queue_ms
 from pipeline.codec import AvroCodec
+from pipeline.producer import MemoryProducer
 from pipeline.registry import InProcessRegistry
 from workers.config import SidecarConfig, offset_endpoint
 from workers.load_reporter import vector_record
 from workers.migration import MigrationExecutor
+from workers.protocol import decode_payload
 from workers.sglang_launch import build_command
-from workers.sidecar import parse_server_info
+from workers.sidecar import dead_letter_filer, parse_server_info
 
 
 def test_dp_ranks_get_consecutive_ports__tcp_and_inproc() -> None:
@@ -133,3 +136,17 @@ def test_region_reporter_polls_listed_workers__default_is_own_worker() -> None:
     assert region.reported_workers() == [(4, "http://a:1"), (5, "http://b:1")]
     with pytest.raises(ConfigError, match="peers"):
         SidecarConfig(worker_id=4, peers=((5, "not a url"),))
+
+
+def test_undecodable_event_is_dead_lettered__reason_and_raw_bytes_kept() -> None:
+    codec = AvroCodec(InProcessRegistry(), validate=True)
+    out = MemoryProducer()
+    reject = dead_letter_filer(out, codec, "dl", 3, "tcp://h:5557")
+    batch = decode_payload(9, msgspec.msgpack.encode([1.0, [["AllBlocksCleared"], ["Nope"]], 0]))
+    (rej,) = batch.rejected
+    reject(batch.seq, rej)
+    ((key, value),) = out.of("dl")
+    _, rec = codec.decode(value or b"")
+    assert key == b"zmq:tcp://h:5557" and rec["reason_code"] == "UNDECODABLE"
+    assert rec["original_offset"] == 9 and rec["raw"] == msgspec.msgpack.encode(["Nope"])
+    assert "event 1" in rec["reason"]
