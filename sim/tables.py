@@ -112,3 +112,21 @@ def _ratio(a: float | None, b: float | None) -> float:
     if a is None or b is None or not b or not math.isfinite(float(b)):
         return math.nan
     return float(a) / float(b)
+
+
+def results_markdown(doc: Mapping[str, object]) -> str:
+    """Every run set of a results document (``sim.experiment.results_json``) as Markdown: a
+    heading per rate (and knob value), the comparison table, the verdict line."""
+    runs = doc.get("runs")
+    out: list[str] = []
+    for run in runs if isinstance(runs, list) else []:
+        title = f"rate {float(run['rate']):,g}/s"
+        if run.get("knob"):
+            title += f", {run['knob']}={float(run['value']):g}"
+        summaries = run["schemes"]
+        out += [f"#### {doc.get('workload', '')} — {title}", "", markdown(comparison(summaries))]
+        line = verdict(summaries)
+        if line:
+            out += ["", line]
+        out.append("")
+    return "\n".join(out)

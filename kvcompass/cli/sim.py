@@ -92,6 +92,9 @@ def register(subparsers: Any) -> None:
         help="Table 4 sweep: jitter|loss|delay followed by values (jitter/loss as fractions)",
     )
     p.add_argument("--json", type=Path, default=None, help="write results JSON here")
+    p.add_argument(
+        "--markdown", type=Path, default=None, help="write the result tables as Markdown here"
+    )
     p.add_argument("--plots", type=Path, default=None, help="write PNG figures to this directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -211,6 +214,12 @@ def run(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2, default=float))
         console.print(f"wrote {args.json}")
+    if args.markdown is not None:
+        from sim import tables
+
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(tables.results_markdown(doc))
+        console.print(f"wrote {args.markdown}")
     if args.plots is not None:
         from sim import plots
 

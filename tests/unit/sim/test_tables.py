@@ -51,3 +51,13 @@ def test_verdict__ignores_ideal_and_allows_two_percent_throughput() -> None:
     }
     line = tables.verdict(worse)
     assert "lowest P99 TTFT NO" in line and "highest throughput NO" in line
+
+
+def test_results_markdown__one_section_per_run_set() -> None:
+    doc = {
+        "workload": "mixed",
+        "runs": [{"rate": 1500.0, "knob": None, "value": None, "schemes": RUNS}],
+    }
+    md = tables.results_markdown(doc)
+    assert md.startswith("#### mixed — rate 1,500/s")
+    assert "| dynamo | 900 | 20,440 |" in md and "lowest P99 TTFT yes" in md
