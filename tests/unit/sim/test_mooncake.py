@@ -208,3 +208,17 @@ def test_ids_not_prefix_closed__canonicalised_by_chaining_and_counted(tmp_path: 
     assert first == third == [0, 1, 2]
     assert second[0] == 9 and not {second[1], second[2]} & {0, 1, 2, 9}
     assert any("2 (predecessor, id) pairs remapped" in n for n in w.notes)
+
+
+def test_trace_rate__own_timing_by_default_rescaled_when_asked(tmp_path: Path) -> None:
+    from kvcompass.deployment import builtin_deployment
+    from sim.experiment import load_trace_workload
+
+    p = _write(tmp_path, [_rec(1000 * i, 600, 1, [0, 10 + i]) for i in range(5)])  # 1 req/s
+    dep = builtin_deployment("paper-testbed-14x3")
+    own = load_trace_workload(p, "mooncake", 512, dep, 0, 1, None)
+    assert own.arrival_ms.tolist() == [0.0, 1000.0, 2000.0, 3000.0, 4000.0]
+    assert "own timing: 5 requests over 4.0 s (mean 1.0 req/s)" in own.notes[-1]
+    fast = load_trace_workload(p, "mooncake", 512, dep, 0, 1, 4.0)
+    assert fast.arrival_ms.tolist() == [0.0, 250.0, 500.0, 750.0, 1000.0]
+    assert "1.0 req/s -> 4.0 req/s" in fast.notes[-1]
