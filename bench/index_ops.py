@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from typing import Any
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -52,38 +52,37 @@ count the time other processes hold the core."""
 LOADS = (0.20, 0.40, 0.60, 0.80, 0.95)
 
 
-_cg: Any = cgutils  # its helpers are untyped
+_cg: Any = cgutils  # numba's codegen helpers are untyped
 
 
-def _cycles_typing(typingctx: Any) -> Any:
+def _cycles_impl(typingctx: Any) -> Any:
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        fnty = ir.FunctionType(ir.IntType(64), [])
+        fnty = _cg.ir.FunctionType(_cg.ir.IntType(64), [])
         fn = _cg.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
         return builder.call(fn, [])
 
     return types.int64(), codegen
 
 
-# numba's annotations type an intrinsic as needing its typing context and a dispatcher as a
-# wrapper of other arguments; called from Python or jitted code both are plain calls: Any.
-_cycles: Any = intrinsic(_cycles_typing)
+_cycles: Any = intrinsic(_cycles_impl)
+"""``_cycles()``: the CPU cycle counter (njit only)."""
 
 
-def _now_cycles_py() -> int:
+def _now_cycles_impl() -> int:
     return int(_cycles())
 
 
-_now_cycles: Any = njit(_now_cycles_py)
+_now_cycles: Any = njit(_now_cycles_impl)
 
 
 def _ns_per_cycle() -> float:
     """Cycle-counter period, from a 0.3 s busy wait against ``perf_counter``."""
     _now_cycles()
-    t0, c0 = time.perf_counter(), _now_cycles()
+    t0, c0 = time.perf_counter(), int(_now_cycles())
     while time.perf_counter() - t0 < 0.3:
         pass
-    t1, c1 = time.perf_counter(), _now_cycles()
-    return float((t1 - t0) * 1e9 / (c1 - c0))
+    t1, c1 = time.perf_counter(), int(_now_cycles())
+    return (t1 - t0) * 1e9 / (c1 - c0)
 
 
 @njit
@@ -101,14 +100,40 @@ def _time_updates(mem: Any, keys: Any, clears: Any, sets: Any, out: Any) -> None
 
 
 @njit
-def _time_lookups(p: Any, seeds: Any, values: Any, fps: Any, loc: Any, keys: Any, out: Any) -> int:
-    s = 0
+def _time_lookups(p: Any, seeds: Any, values: Any, fps: Any, loc: Any, keys: Any, out: Any) -> Any:
+    s = np.uint64(0)
     for i in range(keys.shape[0]):
         t0 = _cycles()
-        # numba types the sink; a cast here would sit inside the timed region
-        s += lookup_key(p, seeds, values, fps, loc, keys[i])  # type: ignore[assignment]
+        s += lookup_key(p, seeds, values, fps, loc, keys[i])
         out[i] = _cycles() - t0
     return s
+
+
+@njit
+def _chase(nxt: Any, steps: int) -> int:
+    i = 0
+    for _ in range(steps):
+        i = nxt[i]
+    return i
+
+
+def miss_latency_ns(n_words: int = 1 << 23, steps: int = 1 << 21) -> float:
+    """ns per dependent load over a 64 MB random cycle: the price of one serial cache miss.
+
+    Best of 3, thread CPU time. Every insert's chain of such misses (BFS levels, locator-walk
+    steps) times this figure is the floor the insert profile is read against.
+    """
+    rng = np.random.default_rng(7)
+    order = rng.permutation(n_words)
+    nxt = np.empty(n_words, np.int64)
+    nxt[order] = np.roll(order, -1)
+    _chase(nxt, 1000)
+    best = np.inf
+    for _ in range(3):
+        t0 = _clock()
+        _chase(nxt, steps)
+        best = min(best, (_clock() - t0) * 1e9 / steps)
+    return float(best)
 
 
 def _pct(cycles: np.ndarray, ns_per_cycle: float) -> tuple[float, float]:
@@ -123,10 +148,10 @@ def _keys(rng: np.random.Generator, n: int, low: int = 0, high: int = 1 << 62) -
 
 
 def _update(t: LudoTable, keys: np.ndarray, clear: int, set_: int) -> float:
-    n = int(keys.shape[0])
+    n = keys.shape[0]
     t0 = _clock()
     t.update(keys, np.full(n, clear, np.uint64), np.full(n, set_, np.uint64))
-    return (_clock() - t0) * 1e9 / max(n, 1)
+    return float((_clock() - t0) * 1e9 / max(n, 1))
 
 
 def _per_op(t: LudoTable, keys: np.ndarray, clear: int, set_: int, npc: float) -> tuple[float, ...]:
@@ -154,9 +179,15 @@ def table2(entries: int, npc: float) -> dict[str, Any]:
         target = min(int(level * slots), int(0.95 * slots)) - 1
         start = target - k_batch - k_single
         _update(t, keys[done:start], 0, 1)
+        before = t.stats()
         res[f"insert_amortised_ns_at_{round(level * 100)}"] = _update(
             t, keys[start : start + k_batch], 0, 1
         )
+        after = t.stats()
+        for name in after:  # what one insert of this batch did, on average (the profile)
+            res[f"per_insert_at_{round(level * 100)}_{name}"] = (
+                after[name] - before[name]
+            ) / k_batch
         p50, p99 = _per_op(t, keys[start + k_batch : target], 0, 1, npc)
         res[f"insert_p50_ns_at_{round(level * 100)}"] = p50
         res[f"insert_p99_ns_at_{round(level * 100)}"] = p99
@@ -288,8 +319,6 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    import os
-
     return {
         "cpu": model,
         "nproc": os.cpu_count(),
@@ -368,6 +397,18 @@ def _print_tables(res: dict[str, Any]) -> None:
             f"{pct}%", *(f"{res[f'false_holder_rate_fp{fb}_load{pct}']:.4%}" for fb in (0, 8))
         )
     con.print(t5)
+    prof = Table(title="Insert profile: per insert of each timed batch (serial misses dominate)")
+    prof.add_column("counter")
+    for lvl in (85, 90, 95):
+        prof.add_column(f"at {lvl}%", justify="right")
+    names = sorted({k.split("_", 4)[4] for k in res if k.startswith("per_insert_at_")})
+    for name in names:
+        prof.add_row(name, *(f"{res[f'per_insert_at_{lvl}_{name}']:.3f}" for lvl in (85, 90, 95)))
+    con.print(prof)
+    con.print(
+        f"one dependent cache miss (64 MB pointer chase): {res['dependent_miss_ns']:.0f} ns; "
+        f"load average at start {res['load_average_at_start']:.1f}"
+    )
     con.print(res["machine"])
 
 
@@ -379,6 +420,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     npc = _ns_per_cycle()
     res: dict[str, Any] = {"entries": args.entries, "ns_per_cycle": npc, "machine": machine()}
+    res["dependent_miss_ns"] = miss_latency_ns()
+    res["load_average_at_start"] = os.getloadavg()[0]
     res.update(table2(args.entries, npc))
     res.update(table3(args.entries, args.memory_sizes))
     res.update(table5(min(args.entries, 1_000_000)))

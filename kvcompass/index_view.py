@@ -26,7 +26,7 @@ from kvcompass.errors import InvalidInputError
 from kvcompass.index import ShardPatch, check_keys
 from kvcompass.layout import FIELD_BITS, FIELD_MASK, TableLayout
 from kvcompass.ludo import LudoParams, LudoView, ViewArrays
-from kvcompass.ludo.kernels import lookup_key
+from kvcompass.ludo.kernels import lookup_key, prefetch_key
 
 Allocator = Callable[[int, int, LudoParams], ViewArrays]
 """(table, shard, params) -> zeroed ViewArrays for a new epoch (memory or a mapped file)."""
@@ -90,6 +90,24 @@ def _view_lookup(
     return lookup_key(p, seeds, values, fps, loc, key)
 
 
+@njit(inline="always", cache=True)
+def _view_prefetch(
+    params: NDArray[np.uint64], ptrs: NDArray[np.int64], vid: Any, key: np.uint64
+) -> None:
+    """Start the cache misses ``_view_lookup(params, ptrs, vid, key)`` will take (no effect on
+    results)."""
+    p = params[vid]
+    n_buckets = np.int64(p[1])
+    vw = np.int64(p[4]) // 32
+    fb = np.int64(p[5]) // 8
+    n_words = (np.int64(p[2]) + np.int64(p[3]) + 63) // 64
+    seeds = carray(_as_pointer(ptrs[vid, 0]), (n_buckets,), dtype=np.uint8)
+    values = carray(_as_pointer(ptrs[vid, 1]), (n_buckets * 4 * vw,), dtype=np.uint32)
+    fps = carray(_as_pointer(ptrs[vid, 2]), (n_buckets * 4 * fb,), dtype=np.uint8)
+    loc = carray(_as_pointer(ptrs[vid, 3]), (n_words,), dtype=np.uint64)
+    prefetch_key(p, seeds, values, fps, loc, key)
+
+
 @njit(cache=True)
 def _query_problem(lengths: NDArray[np.int64], keys: NDArray[np.uint64]) -> int:
     """0 ok, 1 lengths not strictly ascending/positive, 2 a key >= 2**63 (one pass)."""
@@ -123,6 +141,16 @@ def _match_one(
     alive = np.zeros(field_workers.shape[1], dtype=np.bool_)
     reads = 0
     nq = q_lengths.shape[0]
+    # Every table's first read is a likely cache miss and independent of the others: start them
+    # all before the first one is needed, so T tables cost about one miss, not T in a row.
+    if n_levels > 0:
+        for t in range(n_tables):
+            j = np.searchsorted(q_lengths, plan_levels[t, 0])
+            if j < nq and q_lengths[j] == plan_levels[t, 0]:
+                key = q_keys[j]
+                vid = t * n_shards + np.int64(key % np.uint64(n_shards))
+                if present[vid]:
+                    _view_prefetch(params, ptrs, vid, key)
     for t in range(n_tables):
         nf = n_fields[t]
         for f in range(nf):

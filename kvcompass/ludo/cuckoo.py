@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from kvcompass.ludo.hashing import Int, bucket_pair, slot_of
 from kvcompass.ludo.jit import inlined, kernel
 from kvcompass.ludo.prefetch import prefetch
-from kvcompass.ludo.state import EMPTY, M_BFS, M_BFS_NODES, M_NB, M_STAMP
+from kvcompass.ludo.state import EMPTY, M_BFS, M_BFS_NODES, M_LEVELS, M_NB, M_STAMP
 
 MAX_SEED = 254
 MAX_DEPTH = 5
@@ -296,6 +296,8 @@ def bfs_path(
             break
     lo, hi, depth = 0, tail, 1
     while found < 0 and depth < MAX_DEPTH and lo < hi:
+        if depth > 1:
+            meta[M_LEVELS] += 1
         nc = 0
         for qi in range(lo, hi):
             x = qbucket[qi]

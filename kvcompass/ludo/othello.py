@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 from kvcompass.ludo.hashing import Int, bucket_pair, locator_cells, mix64
 from kvcompass.ludo.jit import inlined, kernel
 from kvcompass.ludo.prefetch import prefetch
-from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, unpack
+from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, M_WALKS, unpack
 from kvcompass.mix import GOLDEN
 
 MAX_REBUILD_TRIES = 64
@@ -98,6 +98,7 @@ def two_sided_walk(
     ``seen[base : base + meta[M_SEEN]]`` with ``base = 0`` (A) or ``N`` (B).
     """
     n = head.shape[0]
+    meta[M_WALKS] += 1
     stack[0] = u
     via[0] = skip
     stack[n] = w

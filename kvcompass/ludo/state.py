@@ -59,6 +59,8 @@ M_KICKS = 9  # keys moved by cuckoo paths (statistics)
 M_BFS = 10  # inserts that needed a BFS (statistics)
 M_BFS_NODES = 11  # buckets queued by those searches (statistics)
 M_WALKED = 12  # nodes visited by two-sided locator walks (statistics)
+M_LEVELS = 13  # BFS levels whose keys were read (the roots' excluded; statistics)
+M_WALKS = 14  # two-sided locator walks (statistics)
 META_LEN = 16
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 QUEUE_LEN = 1024  # BFS of depth 5 from 2 roots visits at most 2+8+32+128+512 = 682 buckets

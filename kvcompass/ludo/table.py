@@ -24,11 +24,13 @@ from kvcompass.ludo.state import (
     M_BFS,
     M_BFS_NODES,
     M_KICKS,
+    M_LEVELS,
     M_LIVE,
     M_NB,
     M_NW,
     M_REBUILDS,
     M_WALKED,
+    M_WALKS,
     TableState,
     allocate_state,
 )
@@ -114,6 +116,8 @@ class LudoTable:
             "cuckoo_moves": int(m[M_KICKS]),
             "bfs_searches": int(m[M_BFS]),
             "bfs_buckets_queued": int(m[M_BFS_NODES]),
+            "bfs_levels_read": int(m[M_LEVELS]),
+            "locator_walks": int(m[M_WALKS]),
             "locator_walk_nodes": int(m[M_WALKED]),
         }
 
