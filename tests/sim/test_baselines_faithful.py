@@ -7,6 +7,8 @@ of ``tests/sim/baseline_fakes.py``.
 
 from __future__ import annotations
 
+import pytest
+
 from sim.schemes.base import HELD
 from sim.schemes.central_directory import CentralDirectory
 from sim.schemes.chord import Chord
@@ -170,3 +172,17 @@ def test_skywalker__waits_in_the_balancer_and_binds_to_the_replica_that_frees() 
         (waiting, 1, 300.0, 0)
     ]
     assert sw.outstanding.tolist()[:2] == [1, 1]
+
+
+def test_central_directory__a_report_taken_after_arrival_replaces_the_forward_count() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    cd = CentralDirectory(ctx)
+    cd.start()
+    ctx.loads.start()
+    ctx.loop.run_until(5.0)
+    req = ctx.requests.add(LONG, origin=0)
+    w = cd.route(req, 5.0).worker  # 819 ms of predicted work, reaches w at ~6 ms
+    assert cd._queues(6.0)[w] == pytest.approx(819.2)
+    ctx.cluster.backlog[w] = 300.0  # what w will report (the engine's truth here)
+    ctx.loop.run_until(110.0)  # the poll taken at 101.5 ms has reached the directory
+    assert cd._queues(110.0)[w] == pytest.approx(300.0 - (110.0 - 101.5))
