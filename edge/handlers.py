@@ -266,6 +266,8 @@ async def _stream(
         await out.write_eof()
     except (ConnectionError, HTTPError, asyncio.IncompleteReadError) as exc:  # a side went away
         log.debug("stream ended early: %r", exc)
+        if request.transport is None or request.transport.is_closing():  # it was the client
+            _state(request).service.metrics.inc("client_disconnect_total")
     return out, reused
 
 

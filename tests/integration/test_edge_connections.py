@@ -155,3 +155,44 @@ def test_connections_beyond_the_cap_get_503__max_connections() -> None:
         raise AssertionError("the edge did not serve again after the held connections closed")
 
     _run(scenario, max_connections=8)
+
+
+def test_client_leaving_mid_stream_is_a_client_disconnect__emulated_worker() -> None:
+    from workers.emulated.costs import EmulatedCosts
+    from workers.emulated.worker import EmulatedConfig, EmulatedWorker
+
+    async def main() -> None:
+        wcfg = EmulatedConfig(model="meta-llama/Llama-3.1-8B-Instruct", port=0,
+                              page_size_tokens=16, events_endpoint="tcp://127.0.0.1:*",
+                              replay_endpoint=None,
+                              costs=EmulatedCosts(decode_ms_per_token=20.0))  # fmt: skip
+        async with EmulatedWorker(wcfg) as w:
+            config = EdgeConfig(region="us", port=0, loads_poll_period_ms=0.0,
+                                workers=((0, w.url),), keepalive_timeout_ms=TIMEOUT_MS,
+                                body_timeout_ms=TIMEOUT_MS)  # fmt: skip
+            stop = asyncio.Event()
+            started: asyncio.Future[EdgeApp] = asyncio.get_running_loop().create_future()
+            task = asyncio.create_task(run_edge(config, DEP, stop=stop, started=started))
+            edge = await asyncio.wait_for(started, 120)
+            try:
+                body = b'{"text": "hello there", "stream": true, "sampling_params": ' \
+                       b'{"max_new_tokens": 500, "ignore_eos": true}}'  # fmt: skip
+                r, wr = await asyncio.open_connection("127.0.0.1", edge.bound_port)
+                wr.write(b"POST /generate HTTP/1.1\r\nHost: e\r\nContent-Type: application/json"
+                         b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+                assert (await asyncio.wait_for(r.readline(), GIVE_UP_S)).startswith(b"HTTP/1.1 200")
+                await asyncio.wait_for(r.readuntil(b"data: "), GIVE_UP_S)  # streaming has begun
+                wr.transport.abort()
+                m = edge.service.metrics
+                for _ in range(int(GIVE_UP_S / 0.05)):
+                    if m.get("client_disconnect_total") >= 1:
+                        break
+                    await asyncio.sleep(0.05)
+                assert m.get("client_disconnect_total") == 1
+                assert m.get("errors_total", type="internal") == 0
+                assert await _health(edge.bound_port) == 200
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 60)
+
+    asyncio.run(main())
