@@ -45,7 +45,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--requests", type=int, default=20000, help="requests per run")
     p.add_argument(
-        "--schemes", default="all", help="all | ablations | comma-separated scheme names"
+        "--schemes",
+        default="all",
+        help="comma-separated scheme names and groups: all, ideal (the *_ideal references), "
+        "ablations",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
@@ -103,13 +106,13 @@ def register(subparsers: Any) -> None:
 def _schemes(spec: str) -> list[str]:
     from sim import schemes
 
-    if spec == "all":
-        return list(schemes.ALL)
-    if spec == "ablations":
-        return list(schemes.ABLATIONS)
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    for n in names:
-        schemes.get(n)  # validates the name
+    groups = {"all": schemes.ALL, "ablations": schemes.ABLATIONS, "ideal": schemes.IDEAL}
+    names: list[str] = []
+    for token in (t.strip() for t in spec.split(",")):
+        for n in groups.get(token, (token,) if token else ()):
+            schemes.get(n)  # validates the name
+            if n not in names:
+                names.append(n)
     return names
 
 

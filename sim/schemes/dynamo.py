@@ -81,8 +81,8 @@ class Dynamo(Scheme):
         self.n_regions = n
         self.one_way = [[ctx.network.one_way_ms(a, b) for b in range(n)] for a in range(n)]
         max_ow = max(max(row) for row in self.one_way)
-        rc = getattr(ctx, "router_config", None)
-        self.period_ms = float(getattr(rc, "broadcast_period_ms", self.BROADCAST_MS))
+        rc = ctx.router_config
+        self.period_ms = float(rc.broadcast_period_ms if rc is not None else self.BROADCAST_MS)
         self.holders = HolderHistory(region, 3.0 * self.period_ms + 2.0 * max_ow)
         self.all_mask = bits_of(list(range(w_count)))
         beta = np.asarray(ctx.cost.prefill_ms_per_token, dtype=np.float64)

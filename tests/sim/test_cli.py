@@ -50,3 +50,11 @@ def test_sim_sweep__runs_every_knob_value(tmp_path: Path) -> None:
     assert [(r["knob"], r["value"]) for r in runs] == [("loss", 0.0), ("loss", 0.3)]
     lost = runs[1]["schemes"]["kvcompass"]["patch_batches_lost"]
     assert lost > 0
+
+
+def test_schemes_flag__expands_groups_once_in_order() -> None:
+    from sim import schemes
+
+    got = sim_cli._schemes("kvcompass,all,ideal")
+    assert got[0] == "kvcompass" and got.count("kvcompass") == 1
+    assert got[1:] == [n for n in (*schemes.ALL, *schemes.IDEAL) if n != "kvcompass"]

@@ -11,7 +11,7 @@ from sim import schemes
 from sim.config import SimConfig
 from sim.engine.requests import Requests
 from sim.runner import Run
-from sim.schemes.base import CacheEventBatch, Migration, Route, Scheme
+from sim.schemes.base import CacheEventBatch, Migration, Route, Scheme, SchemeContext
 from tests.sim._tiny import path, two_regions, workload
 
 
@@ -21,8 +21,8 @@ class _Migrator(Scheme):
     name: ClassVar[str] = "test_migrator"
     wants_cache_events: ClassVar[bool] = True
 
-    def __init__(self, ctx: object) -> None:
-        super().__init__(ctx)  # type: ignore[arg-type]
+    def __init__(self, ctx: SchemeContext) -> None:
+        super().__init__(ctx)
         self.pending: list[Migration] = []
         self.events: list[CacheEventBatch] = []
         self.done: list[tuple[Migration, float]] = []
