@@ -11,6 +11,11 @@ one unboxing per array. Kernels take ``mem`` alone and ``unpack`` it with one un
 ``view_of`` per field (two loads and an add; fields a kernel never reads cost nothing): an empty
 call now costs ~30 ns.
 
+Hazard: the Python-side fields and ``mem`` are one memory. Copying a ``TableState`` (``deepcopy``,
+pickling, ``a.copy()`` per field) detaches the copies from each other: kernels would then see
+``mem`` and the table's Python code the copied fields. Nothing copies tables today; a checkpoint
+must copy ``mem`` alone and rebuild the views.
+
 ``mem`` layout (``uint64`` words): word ``2i`` is the byte offset and word ``2i+1`` the element
 count of field ``i`` of ``FIELDS`` (TableState order); every field starts on a 64-byte boundary.
 
