@@ -19,7 +19,7 @@ from kvcompass.ludo.cuckoo import bfs_path, find, get_value, mark_bucket, put_va
 from kvcompass.ludo.hashing import Int, bucket_pair
 from kvcompass.ludo.jit import inlined, kernel
 from kvcompass.ludo.othello import rebuild_arrays
-from kvcompass.ludo.placement import place, prefetch_op, remove_at
+from kvcompass.ludo.placement import place, prefetch_moves, prefetch_op, remove_at
 from kvcompass.ludo.prefetch import prefetch
 from kvcompass.ludo.state import EMPTY, M_LIVE, M_MAXLIVE, TableState, unpack
 
@@ -88,6 +88,10 @@ def apply_ops(
     for i in range(start, n):
         if i + AHEAD < n:
             prefetch_op(params, skeys, sentry, values, fps, seeds, loc, head, keys[i + AHEAD])
+        for stage in range(1, 3):  # ops i+2 then i+1: the locator lines a cuckoo move reads
+            j = i + 3 - stage
+            if j < n and set_bits[j] != _ZERO:
+                prefetch_moves(params, skeys, sentry, half, head, bfull, keys[j], stage)
         key = keys[i]
         b0, b1 = bucket_pair(key, bucket_seed, n_buckets)
         # Both candidates' value, entry and dirty-flag lines, before find() waits for the keys:

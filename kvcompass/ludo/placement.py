@@ -16,8 +16,10 @@ from kvcompass.ludo.cuckoo import (
     PB,
     PD,
     PS,
+    find,
     get_fp,
     get_value,
+    is_full,
     mark_bucket,
     put_fp,
     put_value,
@@ -178,6 +180,35 @@ def place(
 
 
 @inlined
+def prefetch_moves(
+    params: U64,
+    skeys: U64,
+    sentry: I32,
+    half: I32,
+    head: I32,
+    bfull: U64,
+    key: np.uint64,
+    stage: Int,
+) -> None:
+    """For an insert that will need a cuckoo path (both roots full), prefetch what moving one of
+    the roots' 8 keys reads: stage 1 their edge records, stage 2 (an op later, once the records
+    are in) their endpoints' list heads. Speculative (one key of 8 moves, if any); no effect on
+    results. Needs the roots' key and entry lines already in cache (``prefetch_op``)."""
+    b0, b1 = bucket_pair(key, params[6], params[1])
+    if not (is_full(bfull, b0) and is_full(bfull, b1)) or find(skeys, key, b0, b1) >= 0:
+        return
+    for r in range(2):
+        b = b0 if r == 0 else b1
+        for s in range(4):
+            e = sentry[b * 4 + s]
+            if stage == 1:
+                prefetch(half, 6 * e)
+            else:
+                prefetch(head, half[6 * e + 2])
+                prefetch(head, half[6 * e + 5])
+
+
+@inlined
 def prefetch_op(
     params: U64,
     skeys: U64,
@@ -196,6 +227,7 @@ def prefetch_op(
     prefetch(skeys, b0 * 4)
     prefetch(skeys, b1 * 4)
     prefetch(sentry, b0 * 4)
+    prefetch(sentry, b1 * 4)
     prefetch(values, b0 * 4 * vw)
     prefetch(seeds, b0)
     if fps.shape[0] > 0:
