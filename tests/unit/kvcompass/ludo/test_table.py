@@ -257,7 +257,7 @@ def test_same_seed__same_patches() -> None:
         t = LudoTable(50, seed=21)
         keys = np.arange(1, 200, dtype=np.uint64)
         b = t.update(keys, np.zeros(199, np.uint64), np.ones(199, np.uint64))
-        return b.bucket_values.ravel().tolist() + b.words.tolist()
+        return [int(v) for v in b.bucket_values.ravel()] + [int(w) for w in b.words]
 
     assert run() == run()
 
