@@ -59,6 +59,11 @@ class ForwardLedger:
             self._peer_workers[source] = now_set
         return touched | now_set
 
+    def add_peer(self, source: int, worker: int, arrive_ms: float, work_ms: float) -> None:
+        """Region ``source``'s edge announced one forward (until its next list replaces it)."""
+        self._by_worker[worker].append((arrive_ms, work_ms, source))
+        self._peer_workers.setdefault(source, set()).add(worker)
+
     def pending_after(self, worker: int, taken_ms: float) -> float:
         """Work of the known forwards reaching ``worker`` after ``taken_ms``; older ones (already
         in any reading taken since) are dropped."""

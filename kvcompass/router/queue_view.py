@@ -210,6 +210,16 @@ class QueueView:
         for w in ledger.set_peer(source_region, entries):
             pending[w] = ledger.pending_after(w, float(taken[w]))
 
+    def on_peer_forward(
+        self, source_region: int, worker: int, arrive_ms: float, work_ms: float
+    ) -> None:
+        """Region ``source_region``'s edge announced one forward as it made it."""
+        ledger = self.ledger
+        if ledger is None or source_region == self.origin:
+            return
+        ledger.add_peer(source_region, worker, arrive_ms, work_ms)
+        self.pending_ms[worker] = ledger.pending_after(worker, float(self.taken_ms[worker]))
+
     def own_in_flight(self, now_ms: float) -> list[tuple[int, float, float]]:
         """This edge's forwards not landed at ``now_ms``, for its region's broadcast."""
         return [] if self.ledger is None else self.ledger.own_in_flight(now_ms)

@@ -162,6 +162,10 @@ class KVCompass(Scheme):
                 net.send("queue", r, o, now, self._on_broadcast, (o, r, vec, flying))
         self.ctx.schedule(now + self.router_config.broadcast_period_ms, self._broadcast)
 
+    def _on_peer_forward(self, at: float, payload: tuple[int, int, int, float, float]) -> None:
+        p, o, w, arrive, work = payload
+        self.routers[p].queue_view.on_peer_forward(o, w, arrive, work)
+
     def _on_broadcast(
         self,
         at: float,
@@ -194,7 +198,17 @@ class KVCompass(Scheme):
             done += decision.predicted_service_ms
             overlay.hold(lengths, keys, w, done + self._confirm_ms[r][o])
         w = decision.worker
-        router.on_forward(decision, now_ms, now_ms + self._one_way[o][self._worker_region[w]])
+        arrive = now_ms + self._one_way[o][self._worker_region[w]]
+        router.on_forward(decision, now_ms, arrive)
+        if self.router_config.inflight_work:
+            # Announce the forward to every other edge as it is made (they count it one WAN
+            # later, until a reading includes it); the Δ broadcast's list then replaces these.
+            work = decision.predicted_service_ms
+            net = self.ctx.network
+            for p in range(len(self.routers)):
+                if p != o:
+                    self.queue_bytes += 8 + IN_FLIGHT_ENTRY_BYTES
+                    net.send("queue", o, p, now_ms, self._on_peer_forward, (p, o, w, arrive, work))
         if self.router_config.migration and keys.size:
             family = self._family[req]
             for m in router.observe(family, match.matched_tokens, decision, now_ms):

@@ -203,7 +203,7 @@ def test_kvcompass_patches__reach_each_edge_after_window_pipeline_and_both_wan_l
         applied.setdefault(region, at_ms)
         apply(region, patches, at_ms)
 
-    scheme._apply = spy  # type: ignore[method-assign]
+    scheme._apply = spy  # type: ignore[method-assign, assignment]
     res = run.run()
     w = int(res.record.worker[0])
     assert int(run.deployment.worker_region[w]) == 1

@@ -55,3 +55,12 @@ def test_bad_peer_entry__rejected() -> None:
     qv = _view()
     with pytest.raises(ValueError, match="in-flight"):
         qv.on_peer_in_flight(1, [(9, 1.0, 1.0)])
+
+
+def test_announced_peer_forward__counts_until_a_reading_includes_it() -> None:
+    qv = _view()
+    qv.on_vector(1, np.array([2, 3]), np.array([0.0, 0.0]), now_ms=50.0, taken_ms=0.0)
+    qv.on_peer_forward(1, 2, arrive_ms=90.0, work_ms=12.0)
+    assert qv.pending_ms[2] == 12.0
+    qv.on_peer_in_flight(1, [])  # the peer's next list no longer has it: replaced
+    assert qv.pending_ms[2] == 0.0
