@@ -4,8 +4,9 @@ Owns ``EdgeApp`` (everything a handler reaches: config, service, forwarder, toke
 factory ``assemble`` that builds it from an ``EdgeConfig`` and a ``Deployment`` (in-memory or
 file-backed view, router of the region, Avro codec, record sink), ``build_app`` (routes), and
 ``/health``, ``/metrics``, ``/v1/models``, ``/debug/explain/{id}``, ``/debug/lookup`` and, with
-``admin = true``, ``/admin/policy`` (switch the routing policy live, for comparisons). Must not
-run anything forever or consume Kafka (``edge.main``, ``edge.sync``).
+``admin = true``, ``/admin/policy`` (switch the routing policy live, for comparisons); the debug
+and admin endpoints ask ``edge.tenants.Tenancy.check_admin`` first. Must not run anything
+forever or consume Kafka (``edge.main``, ``edge.sync``).
 
 Why aiohttp: it is already a dependency (workers, pipeline tooling), its server and client
 share one event loop with no ASGI adapter layer in between, ``StreamResponse`` writes chunks
@@ -34,6 +35,7 @@ from edge.handlers import EDGE, error_middleware, make_completion_handler, read_
 from edge.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edge.policies import POLICIES, Policies
 from edge.service import EdgeService
+from edge.tenants import Tenancy
 from edge.tokenizer import Tokenizer, make_tokenizer
 from kvcompass.deployment import Deployment
 from kvcompass.discovery import EdgeDiscovery
@@ -62,6 +64,7 @@ class EdgeApp:
     view: IndexView
     pipeline: PipelineConfig
     registry: SchemaRegistry
+    tenancy: Tenancy
     store: ViewStore | None = None
     in_flight: int = 0
     bound_port: int = 0
@@ -77,8 +80,12 @@ class EdgeApp:
 
     @property
     def limits(self) -> shapes.Limits:
+        """Limits of a request for the default model."""
+        return self.limits_for(self.tenancy.default_model)
+
+    def limits_for(self, model: str) -> shapes.Limits:
         c = self.config
-        return shapes.Limits(c.model, c.max_context_tokens, c.max_new_tokens)
+        return shapes.Limits(model, c.max_context_tokens, c.max_new_tokens)
 
     def new_request_id(self) -> str:
         self._rid_seq += 1
@@ -110,6 +117,14 @@ def assemble(
 ) -> EdgeApp:
     """Build every part of an edge for ``config.region`` (no I/O but creating the view dir)."""
     origin = deployment.region_index(config.region)
+    tenancy = config.tenancy()
+    for what, ws in [(f"models.{m.name}", m.workers) for m in tenancy.models] + [
+        (f"tenants.{t.name}", t.workers) for t in tenancy.tenants
+    ]:
+        bad = sorted(w for w in ws or () if w >= deployment.n_workers)
+        if bad:
+            raise ConfigError(f"{what}.workers: expected ids in 0..{deployment.n_workers - 1}, "
+                              f"got {bad}")  # fmt: skip
     pipe = config.pipeline or PipelineConfig()
     levels = Levels.from_deployment(deployment)
     layout = TableLayout.for_regions([r.n_workers for r in deployment.regions])
@@ -121,7 +136,8 @@ def assemble(
                          on_params=store.adopt)  # fmt: skip
     else:
         view = IndexView(layout, levels.matrix, pipe.n_shards)
-    hasher = PrefixHasher(KeyNamespace(model_id=config.model, model_config=config.model_config))
+    default = tenancy.model(None)
+    hasher = PrefixHasher(KeyNamespace(model_id=default.name, model_config=default.model_config))
     router = Router.from_deployment(deployment, levels, origin, router_config)
     discovery = EdgeDiscovery(origin, hasher, view, router)
     registry = registry_from_url(pipe.schema_registry_url)
@@ -130,7 +146,7 @@ def assemble(
     beta = np.asarray(deployment.prefill_ms_per_token, dtype=np.float64)[wr_arr]
     policies = Policies(discovery, levels, wr_arr, beta)
     service = EdgeService(
-        deployment, discovery, model=config.model, codec=codec,
+        deployment, discovery, model=default.name, codec=codec,
         sink=sink if sink is not None else NullProducer(), topics=pipe.topics,
         decision_sample_rate=config.decision_sample_rate,
         explain_capacity=config.explain_capacity, seed=config.seed,
@@ -162,7 +178,7 @@ def assemble(
     return EdgeApp(
         config=config, service=service, forwarder=forwarder,
         tokenizer=make_tokenizer(config.tokenizer), view=view, pipeline=pipe, registry=registry,
-        store=store, local_workers=local,
+        tenancy=tenancy, store=store, local_workers=local,
     )  # fmt: skip
 
 
@@ -191,6 +207,7 @@ def build_app(edge: EdgeApp) -> web.Application:
 async def policy(request: web.Request) -> web.Response:
     """GET: the active routing policy; POST ``{"policy": name}``: switch to it (admin only)."""
     e = request.app[EDGE]
+    e.tenancy.check_admin(request.headers.get("Authorization"))
     if request.method == "POST":
         body = shapes.parse_json(await read_body(request))
         name = body.get("policy")
@@ -212,7 +229,7 @@ async def health(request: web.Request) -> web.Response:
         "status": "degraded" if unknown else "ok",
         "cache_unknown_workers": unknown,
         "region": e.config.region,
-        "model": e.config.model,
+        "model": e.tenancy.default_model,
         "workers_reachable": len(e.forwarder.routes),
         "views_present": int(e.view.present.sum()),
         "views_total": int(e.view.present.size),
@@ -221,15 +238,15 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.Response:
-    """OpenAI ``ModelList``: the one model this edge serves (``created`` = edge start)."""
+    """OpenAI ``ModelList``: the models this edge serves (``created`` = edge start); with
+    tenants, only for a valid API key (as OpenAI's)."""
     e = request.app[EDGE]
-    card = {
-        "id": e.config.model,
-        "object": "model",
-        "created": e.started_s,
-        "owned_by": "kvcompass",
-    }
-    return web.json_response({"object": "list", "data": [card]})
+    e.tenancy.authenticate(request.headers.get("Authorization"))
+    cards = [
+        {"id": m.name, "object": "model", "created": e.started_s, "owned_by": "kvcompass"}
+        for m in e.tenancy.models
+    ]
+    return web.json_response({"object": "list", "data": cards})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -261,6 +278,7 @@ def gauges(e: EdgeApp) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
 
 
 async def explain(request: web.Request) -> web.Response:
+    request.app[EDGE].tenancy.check_admin(request.headers.get("Authorization"))
     rid = request.match_info["request_id"]
     got = request.app[EDGE].service.explain(rid)
     if got is None:
@@ -273,8 +291,9 @@ async def explain(request: web.Request) -> web.Response:
 
 async def lookup(request: web.Request) -> web.Response:
     """GET ``?text=...`` or ``?input_ids=1,2,3``; POST ``{"text": ...}`` or ``{"input_ids": [...]}``
-    (long prompts do not fit in a URL)."""
+    (long prompts do not fit in a URL). In the default model's unsalted namespace."""
     e = request.app[EDGE]
+    e.tenancy.check_admin(request.headers.get("Authorization"))
     src: Any
     if request.method == "POST":
         src = shapes.parse_json(await read_body(request))

@@ -20,6 +20,14 @@ TOML form (every key but ``region`` optional; ``[workers]`` maps global worker i
     eu = "http://127.0.0.1:8081"
     [pipeline]                         # optional: Kafka (pipeline.config.PipelineConfig keys)
     bootstrap_servers = "127.0.0.1:19092"
+    [models."meta-llama/Llama-3.1-8B-Instruct"]   # optional: several models (edge.tenants)
+    model_config = "bf16-tp1"
+    workers = [0]
+    [tenants.acme]                     # optional: API keys; then every request needs one
+    api_key = "sk-acme-0123456789"
+    sharing_group = "acme"             # the key salt; default: the tenant's name
+
+``edge.admin_token`` guards ``/debug/*`` and ``/admin/*`` (see ``edge.tenants``).
 
 A file that is itself a deployment (has ``regions``) may carry the same tables; the deployment
 part is then used and ``edge.deployment`` is ignored (see ``kvcompass.cli.edge``).
@@ -33,6 +41,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from edge.policies import POLICIES
+from edge.tenants import (
+    ModelSpec,
+    Tenancy,
+    TenantSpec,
+    models_from_mapping,
+    tenants_from_mapping,
+)
 from kvcompass.errors import ConfigError
 from pipeline.config import PipelineConfig
 
@@ -101,6 +116,13 @@ class EdgeConfig:
     """True: serve ``POST /admin/policy`` (switch the policy at run time; experiments only)."""
     pipeline: PipelineConfig | None = None
     """Kafka settings; None runs without Kafka (in-memory view, records dropped)."""
+    models: tuple[ModelSpec, ...] = ()
+    """``[models.*]``: several models, each its namespace config and workers; empty: the one
+    ``model`` on every worker. With models, ``model`` is the default (requests naming none)."""
+    tenants: tuple[TenantSpec, ...] = ()
+    """``[tenants.*]``: API keys and sharing groups; empty: no authentication, no salt."""
+    admin_token: str | None = None
+    """Bearer token of ``/debug/*`` and ``/admin/*`` (required for them when tenants exist)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.region, str) or not self.region:
@@ -143,6 +165,7 @@ class EdgeConfig:
             raise ConfigError(
                 "edge.view_mode 'reader' needs edge.view_dir (the writer's directory)"
             )
+        self.tenancy()  # models, tenants, admin token
         ids = [w for w, _ in self.workers]
         if len(set(ids)) != len(ids) or any(w < 0 for w in ids):
             raise ConfigError(f"workers: expected unique ids >= 0, got {ids}")
@@ -150,6 +173,13 @@ class EdgeConfig:
             for key, url in pairs:
                 if not isinstance(url, str) or not url.startswith(("http://", "https://")):
                     raise ConfigError(f"{what}.{key}: expected an http(s):// URL, got {url!r}")
+
+    def tenancy(self) -> Tenancy:
+        """Models, tenants and admin token (validated: raises ``ConfigError``)."""
+        models = self.models or (ModelSpec(self.model, self.model_config),)
+        names = [m.name for m in models]
+        default = self.model if self.model in names else names[0]
+        return Tenancy(models, default, self.tenants, self.admin_token)
 
     def worker_urls(self) -> dict[int, str]:
         """Worker id → base URL without a trailing slash."""
@@ -162,9 +192,12 @@ class EdgeConfig:
         workers: dict[str, Any] | None = None,
         peers: dict[str, Any] | None = None,
         pipeline: dict[str, Any] | None = None,
+        models: dict[str, Any] | None = None,
+        tenants: dict[str, Any] | None = None,
     ) -> EdgeConfig:
         """From parsed tables (or flags); unknown keys are refused so a typo is not a default."""
-        known = {f.name for f in fields(cls)} - {"workers", "peers", "pipeline"}
+        known = {f.name for f in fields(cls)} - {"workers", "peers", "pipeline", "models",
+                                                  "tenants"}  # fmt: skip
         kwargs: dict[str, Any] = {}
         for raw_key, value in edge.items():
             key = raw_key.replace("-", "_")
@@ -178,6 +211,8 @@ class EdgeConfig:
         kwargs["peers"] = tuple(sorted((str(k), str(v)) for k, v in (peers or {}).items()))
         if pipeline is not None:
             kwargs["pipeline"] = PipelineConfig.from_mapping(pipeline)
+        kwargs["models"] = models_from_mapping(models or {})
+        kwargs["tenants"] = tenants_from_mapping(tenants or {})
         try:
             return cls(**kwargs)
         except TypeError as exc:
@@ -185,7 +220,8 @@ class EdgeConfig:
 
     @classmethod
     def from_toml_text(cls, text: str, overrides: dict[str, Any] | None = None) -> EdgeConfig:
-        """Parse the ``[edge]``, ``[workers]``, ``[peers]`` and ``[pipeline]`` tables of a file;
+        """Parse the ``[edge]``, ``[workers]``, ``[peers]``, ``[pipeline]``, ``[models.*]`` and
+        ``[tenants.*]`` tables of a file;
         ``overrides`` (CLI flags, already snake_case) replace ``[edge]`` values."""
         try:
             data = tomllib.loads(text)
@@ -193,4 +229,7 @@ class EdgeConfig:
             raise ConfigError(f"edge config: expected TOML: {exc}") from exc
         edge = dict(data.get("edge", {}))
         edge.update({k: v for k, v in (overrides or {}).items() if v is not None})
-        return cls.from_mapping(edge, data.get("workers"), data.get("peers"), data.get("pipeline"))
+        return cls.from_mapping(
+            edge, data.get("workers"), data.get("peers"), data.get("pipeline"),
+            data.get("models"), data.get("tenants"),
+        )  # fmt: skip

@@ -98,14 +98,21 @@ class Forwarder:
         return s
 
     async def send(
-        self, worker: int, path: str, body: bytes, headers: Mapping[str, str]
+        self,
+        worker: int,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        relay_headers: Mapping[str, str] | None = None,
     ) -> Response:
-        """POST ``body`` to the worker's ``path``; raises ``ForwardError`` (retry elsewhere)."""
+        """POST ``body`` to the worker's ``path``; raises ``ForwardError`` (retry elsewhere).
+        ``relay_headers`` (the client's credentials) go only to a peer edge, never a worker."""
         route = self.routes[worker]
         pool, prefix = self._pools[worker]
         hdrs = headers
         if route.relayed:
-            hdrs = {**headers, RELAY_HEADER: str(worker)}
+            hdrs = {**headers, **(relay_headers or {}), RELAY_HEADER: str(worker)}
         if route.one_way_delay_s > 0:
             await asyncio.sleep(route.one_way_delay_s)
         try:

@@ -7,6 +7,12 @@ error middleware that turns every failure into the OpenAI error shape with the r
 echoed (4xx for client mistakes, 502/503 for upstream trouble, 500 only for edge bugs). Must not
 score, hash or hold state of its own: ``EdgeService`` and ``Forwarder`` do.
 
+Tenancy (``edge.tenants``): the API key is checked before the body is read (401 for a missing or
+unknown key when tenants are configured); the body's ``model`` picks the model (404
+``model_not_found``), which with the tenant gives the request's scope: the key namespace it is
+looked up in and the workers it may go to. A relayed request is authenticated again by the
+serving edge (the client's ``Authorization`` goes along to the peer edge, never to a worker).
+
 Retry: when sending fails (connect error, timeout before response headers, or status 429/5xx)
 the request goes once to the next-best explained candidate. Once the worker has started
 answering, nothing is retried (the client may already have bytes).
@@ -137,21 +143,30 @@ def make_completion_handler(kind: str) -> Any:
 
 
 async def _serve(request: web.Request, st: EdgeApp, kind: str, rid: str) -> web.StreamResponse:
+    auth = request.headers.get("Authorization")
+    tenant = st.tenancy.authenticate(auth)
     raw = await read_body(request)
     body = shapes.parse_json(raw)
     if kind == "generate" and isinstance(body.get("rid"), str) and _RID.match(body["rid"]):
         rid = body["rid"]
-    parsed = _PARSERS[kind](body, st.tokenizer, st.limits)
+    model = st.tenancy.model(body.get("model"))
+    parsed = _PARSERS[kind](body, st.tokenizer, st.limits_for(model.name))
+    scope = st.tenancy.scope(model, tenant)
+    relay_headers = {"Authorization": auth} if auth is not None and tenant is not None else None
     relay = request.headers.get(RELAY_HEADER)
     if relay is not None:
         worker = st.relay_target(relay)
+        if not scope.allows(worker):
+            raise shapes.ApiError(403, f"X-KVC-Forward-To: worker {worker} does not serve this "
+                                       "model for this tenant", code="forbidden")  # fmt: skip
         return await _proxy(request, st, kind, rid, raw, parsed, [worker], None)
-    ex = st.service.decide(rid, parsed.tokens)
-    cands = st.service.candidates(ex, st.forwarder.reachable)[:2]
+    ex = st.service.decide(rid, parsed.tokens, scope)
+    reachable = st.forwarder.reachable
+    cands = st.service.candidates(ex, lambda w: scope.allows(w) and reachable(w))[:2]
     if not cands:
         raise shapes.ApiError(503, "no reachable worker can serve this request",
                               "service_unavailable", code="no_candidates")  # fmt: skip
-    return await _proxy(request, st, kind, rid, raw, parsed, cands, ex)
+    return await _proxy(request, st, kind, rid, raw, parsed, cands, ex, relay_headers)
 
 
 async def _proxy(
@@ -163,6 +178,7 @@ async def _proxy(
     parsed: shapes.Parsed,
     cands: list[int],
     ex: Explained | None,
+    relay_headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     metrics = st.service.metrics
     fwd = parsed.forward_body
@@ -176,7 +192,9 @@ async def _proxy(
         if ex is not None:
             st.service.dispatch(ex, w)
         try:
-            resp = await st.forwarder.send(w, parsed.worker_path, payload, headers)
+            resp = await st.forwarder.send(
+                w, parsed.worker_path, payload, headers, relay_headers=relay_headers
+            )
             worker = w
             break
         except ForwardError as err:

@@ -21,9 +21,11 @@ from numpy.typing import NDArray
 
 from edge.metrics import Metrics
 from edge.policies import POLICIES, Policies
+from edge.tenants import Scope
 from kvcompass.deployment import Deployment
 from kvcompass.discovery import EdgeDiscovery, Lookup
 from kvcompass.errors import ConfigError
+from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.router import Decision, MigrationRequest, QueueVector
 from kvcompass.router import score as sc
 from kvcompass.types import Tier
@@ -46,6 +48,9 @@ class Explained:
     """The active policy's candidates, preferred first (``edge.policies``)."""
     claimed: int = 0
     """Tokens the policy counts on at ``order[0]``."""
+    discovery: EdgeDiscovery | None = None
+    """The request's namespace (``edge.tenants.Scope``); None: the service's default."""
+    model: str | None = None
 
 
 _TIER_NAMES = tuple(t.name for t in sorted(Tier))
@@ -91,10 +96,15 @@ class EdgeService:
         self.recent: OrderedDict[str, Explained] = OrderedDict()
         self._rng = np.random.default_rng(seed)
         self.view_applied_ms = -float("inf")
+        """Monotonic ms of the last patch applied to the view (set by ``edge.sync``)."""
         self.policies = policies
         self.policy = "kvcompass"
         self.set_policy(policy)
-        """Monotonic ms of the last patch applied to the view (set by ``edge.sync``)."""
+        self._scoped: dict[KeyNamespace, EdgeDiscovery] = {discovery.hasher.namespace: discovery}
+        self._unroutable: frozenset[int] = frozenset()
+        """Workers without a route (``restrict_to``)."""
+        self._masked: frozenset[int] = frozenset()
+        """What the router was last told is unroutable (routes plus a scope's worker set)."""
 
     def set_policy(self, policy: str) -> None:
         """Switch the routing policy (``edge.policies.POLICIES``); baselines need ``policies``."""
@@ -105,16 +115,45 @@ class EdgeService:
         self.policy = policy
 
     # -- per request ------------------------------------------------------------------------
-    def decide(self, request_id: str, tokens: NDArray[np.int32]) -> Explained:
-        """Look up and score; remember the decision for /debug/explain."""
+    def scoped(self, scope: Scope) -> EdgeDiscovery:
+        """The discovery of ``scope``'s namespace (same view and router, its own hasher)."""
+        d = self._scoped.get(scope.namespace)
+        if d is None:
+            d = EdgeDiscovery(self.origin, PrefixHasher(scope.namespace), self.discovery.view,
+                              self.router)  # fmt: skip
+            self._scoped[scope.namespace] = d
+        return d
+
+    def _mask(self, scope: Scope | None) -> None:
+        """Tell the router which workers may win this request: those with a route, and of
+        those only ``scope``'s (a model's or tenant's pool). Synchronous with the score that
+        follows, so concurrent requests of other scopes never see it."""
+        masked = self._unroutable
+        if scope is not None and scope.workers is not None:
+            masked = masked | frozenset(
+                w for w in range(self.deployment.n_workers) if w not in scope.workers
+            )
+        if masked != self._masked:
+            self.router.set_unroutable(masked)
+            self._masked = masked
+
+    def decide(
+        self, request_id: str, tokens: NDArray[np.int32], scope: Scope | None = None
+    ) -> Explained:
+        """Look up (in ``scope``'s namespace) and score (over ``scope``'s workers); remember
+        the decision for /debug/explain."""
         arr = np.asarray(tokens, dtype=np.int32)
-        decision, lookup = self.discovery.decide(arr, self.clock_ms())
+        discovery = self.discovery if scope is None else self.scoped(scope)
+        self._mask(scope)
+        decision, lookup = discovery.decide(arr, self.clock_ms())
         if self.policy == "kvcompass" or self.policies is None:
             order = [decision.worker, *decision.top_workers.tolist()]
             claimed = decision.claimed_tokens
         else:
             order, claimed = self.policies.order(self.policy, arr, lookup, decision)
-        ex = Explained(decision, lookup, policy=self.policy, order=order, claimed=claimed)
+        model = scope.namespace.model_id if scope is not None else None
+        ex = Explained(decision, lookup, policy=self.policy, order=order, claimed=claimed,
+                       discovery=discovery, model=model)  # fmt: skip
         self.recent[request_id] = ex
         if len(self.recent) > self.explain_capacity:
             self.recent.popitem(last=False)
@@ -127,7 +166,9 @@ class EdgeService:
         """Score only the workers this edge has a route to (a partial ``[workers]`` map): the
         others never win, so a 503 means that no worker can be reached at all."""
         keep = set(routable)
-        self.router.set_unroutable(w for w in range(self.deployment.n_workers) if w not in keep)
+        self._unroutable = frozenset(w for w in range(self.deployment.n_workers) if w not in keep)
+        self.router.set_unroutable(self._unroutable)
+        self._masked = self._unroutable
 
     def candidates(self, ex: Explained, reachable: Callable[[int], bool]) -> list[int]:
         """The policy's choice, then its next candidates, that can be reached; then KVCompass's
@@ -188,7 +229,7 @@ class EdgeService:
             for mig in self.router.observe(
                 ex.lookup.family_key, ex.lookup.match.matched_tokens, d, now
             ):
-                self._publish_migration(mig, tokens)
+                self._publish_migration(mig, tokens, ex)
         rate = self.sample_rate
         if rate >= 1.0 or (rate > 0.0 and self._rng.random() < rate):
             self._publish_decision(request_id, ex, worker)
@@ -302,7 +343,7 @@ class EdgeService:
         rec = {
             "request_id": request_id,
             "edge_region_id": self.origin,
-            "model": self.model,
+            "model": ex.model or self.model,
             "prompt_tokens": d.prompt_tokens,
             "chosen_worker_id": worker,
             "chosen_region_id": int(wr[worker]),
@@ -315,13 +356,15 @@ class EdgeService:
         self._send(self.topics.routing_decisions, request_id.encode(), "RoutingDecision", rec)
         self.metrics.inc("decisions_published_total")
 
-    def _publish_migration(self, mig: MigrationRequest, tokens: NDArray[np.int32]) -> None:
+    def _publish_migration(
+        self, mig: MigrationRequest, tokens: NDArray[np.int32], ex: Explained
+    ) -> None:
         n = min(mig.prefix_tokens, len(tokens))
         prefix = np.asarray(tokens[:n], dtype="<i4")
-        hasher = self.discovery.hasher
+        hasher = (ex.discovery or self.discovery).hasher
         rec = {
             "request_id": uuid.uuid4().hex,
-            "model": self.model,
+            "model": ex.model or self.model,
             "prefix_tokens": prefix.tobytes(),
             "prefix_length_tokens": n,
             "prefix_key": (
