@@ -22,6 +22,7 @@ from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
 from kvcompass.deployment import Deployment
 from kvcompass.index import DiscoveryIndex
+from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
 from pipeline.producer import MemoryProducer
@@ -61,36 +62,52 @@ def worker_config() -> EmulatedConfig:
 class Cluster:
     workers: list[EmulatedWorker]
     index: DiscoveryIndex
-    edges: dict[str, tuple[EdgeApp, TestClient]] = field(default_factory=dict)
+    edges: dict[str, tuple[EdgeApp, TestClient[web.Request, web.Application]]] = field(
+        default_factory=dict
+    )
     sinks: dict[str, MemoryProducer] = field(default_factory=dict)
 
     @property
     def urls(self) -> dict[int, str]:
         return {w: wk.url for w, wk in enumerate(self.workers)}
 
-    def register(self, worker: int, tokens: list[int], upto: int | None = None) -> None:
-        """``worker`` holds ``tokens[:upto]``: index its registration lengths, patch every edge."""
+    def register(
+        self,
+        worker: int,
+        tokens: list[int],
+        upto: int | None = None,
+        namespace: KeyNamespace | None = None,
+    ) -> None:
+        """``worker`` holds ``tokens[:upto]``: index its registration lengths, patch every edge.
+        Keys in ``namespace`` (a sidecar's; default: the edges' default model, unsalted)."""
         n = len(tokens) if upto is None else upto
         reg = LEVELS.registration_lengths(int(DEPLOYMENT.worker_region[worker]))
         reg = reg[reg <= n]
         if not reg.size:
             return
         any_edge = next(iter(self.edges.values()))[0]
-        keys = any_edge.service.discovery.hasher.keys_at(np.asarray(tokens, np.int32), reg)
+        hasher = any_edge.service.discovery.hasher
+        if namespace is not None:
+            hasher = PrefixHasher(namespace)
+        keys = hasher.keys_at(np.asarray(tokens, np.int32), reg)
         new = self.index.register(worker, keys)
         for app, _ in self.edges.values():
             app.view.apply_all(new)
 
-    async def add_edge(self, region: str, **overrides: Any) -> tuple[EdgeApp, TestClient]:
+    async def add_edge(
+        self, region: str, **overrides: Any
+    ) -> tuple[EdgeApp, TestClient[web.Request, web.Application]]:
         values: dict[str, Any] = {
             "region": region, "model": MODEL, "wan_delay_scale": WAN_SCALE,
             "loads_poll_period_ms": 0.0, "max_context_tokens": 32_768,
         }  # fmt: skip
         only = overrides.pop("only_workers", None)  # a partial [workers] map
+        models = overrides.pop("models", None)  # [models.*] and [tenants.*] tables
+        tenants = overrides.pop("tenants", None)
         values.update(overrides)
         workers = {str(w): u for w, u in self.urls.items() if only is None or w in only}
         peers = values.pop("peers", None)
-        cfg = EdgeConfig.from_mapping(values, workers, peers)
+        cfg = EdgeConfig.from_mapping(values, workers, peers, None, models, tenants)
         sink = MemoryProducer()
         app = assemble(cfg, DEPLOYMENT, sink=sink)
         app.view.apply_all(self.index.full_images())  # what the compacted topic holds
@@ -119,7 +136,8 @@ async def cluster() -> AsyncIterator[Cluster]:
 
 def prompt(n: int, seed: int) -> list[int]:
     """``n`` byte tokens (the built-in tokenizer's id range), deterministic per seed."""
-    return np.random.default_rng(seed).integers(0, 256, size=n).tolist()
+    out: list[int] = np.random.default_rng(seed).integers(0, 256, size=n).tolist()
+    return out
 
 
 async def prime(worker: EmulatedWorker, tokens: list[int]) -> None:

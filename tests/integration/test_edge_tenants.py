@@ -1,0 +1,164 @@
+"""Several models and tenants behind one edge, over HTTP, against emulated SGLang workers.
+
+Issue 17 item 2: the request's ``model`` picks the key namespace and the workers; the API key
+(``Authorization: Bearer``) picks the tenant's sharing-group salt. Two models never match each
+other's prefixes, two tenants never do unless they share a group; a missing or unknown key gets
+401, the debug and admin endpoints 401/403 without the admin token (OpenAI error shape, request
+id echoed). Registrations are made in the namespace a sidecar of that pool would use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvcompass.keys import KeyNamespace
+
+_spec = importlib.util.spec_from_file_location(
+    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
+)
+assert _spec is not None and _spec.loader is not None
+ec = importlib.util.module_from_spec(_spec)
+sys.modules["edge_cluster"] = ec
+_spec.loader.exec_module(ec)
+
+pytestmark = pytest.mark.timeout(300)
+
+OTHER = "other-model"
+ADMIN = "admin-token-0123456789"
+KEYS = {"acme": "sk-acme-0123456789", "initech": "sk-initech-0123456789",
+        "globex": "sk-globex-0123456789"}  # fmt: skip
+TENANTS = {
+    "acme": {"api_key": KEYS["acme"]},  # sharing group "acme" (its name)
+    "initech": {"api_key": KEYS["initech"], "sharing_group": "acme"},
+    "globex": {"api_key": KEYS["globex"]},
+}
+MODELS = {ec.MODEL: {"workers": [0, 2, 3]}, OTHER: {"model_config": "fp8", "workers": [1]}}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def _generate(
+    client: Any, tokens: list[int], rid: str, headers: dict[str, str] | None = None, **extra: Any
+) -> dict[str, Any]:
+    body = {"input_ids": tokens, "sampling_params": {"max_new_tokens": 2}, **extra}
+    r = await client.post("/generate", json=body, headers={"X-Request-Id": rid, **(headers or {})})
+    assert r.status == 200, await r.text()
+    out: dict[str, Any] = await r.json()
+    return out
+
+
+async def _explain(client: Any, rid: str, headers: dict[str, str] | None = None) -> Any:
+    r = await client.get(f"/debug/explain/{rid}", headers=headers or {})
+    assert r.status == 200, await r.text()
+    return await r.json()
+
+
+def test_two_models__never_match_each_others_prefixes_and_keep_to_their_workers() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us", models=MODELS)
+            a, b = ec.prompt(2048, seed=11), ec.prompt(2048, seed=12)
+            await ec.prime(c.workers[0], a)
+            c.register(0, a, namespace=KeyNamespace(ec.MODEL))
+            c.register(1, b, namespace=KeyNamespace(OTHER, "fp8"))
+            await _generate(client, a, "m-a", model=ec.MODEL)
+            ex = await _explain(client, "m-a")
+            assert ex["winner"] == 0 and ex["claimed_tokens"] > 0
+            await _generate(client, a, "m-a-other", model=OTHER)  # a's prefix, other model
+            ex = await _explain(client, "m-a-other")
+            assert ex["served_by"] == 1 and ex["claimed_tokens"] == 0
+            await _generate(client, b, "m-b")  # no model: the default, whose workers lack 1
+            ex = await _explain(client, "m-b")
+            assert ex["claimed_tokens"] == 0 and ex["served_by"] in (0, 2, 3)
+            await _generate(client, b, "m-b-other", model=OTHER)
+            ex = await _explain(client, "m-b-other")
+            assert ex["served_by"] == 1 and ex["claimed_tokens"] > 0
+            r = await client.post("/v1/completions", json={"model": "nope", "prompt": "hi"},
+                                  headers={"X-Request-Id": "m-404"})  # fmt: skip
+            err = (await r.json())["error"]
+            assert r.status == 404 and err["code"] == "model_not_found"
+            assert err["request_id"] == "m-404" == r.headers["X-Request-Id"]
+            models = await (await client.get("/v1/models")).json()
+            assert [m["id"] for m in models["data"]] == [ec.MODEL, OTHER]
+
+    run(scenario())
+
+
+def test_two_tenants__never_match_each_others_prefixes_unless_they_share_a_group() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us", tenants=TENANTS, admin_token=ADMIN)
+            tokens = ec.prompt(2048, seed=13)
+            await ec.prime(c.workers[0], tokens)
+            c.register(0, tokens, namespace=KeyNamespace(ec.MODEL, "", "acme"))
+            admin = _bearer(ADMIN)
+            for name, hit in (("acme", True), ("initech", True), ("globex", False)):
+                await _generate(client, tokens, f"t-{name}", _bearer(KEYS[name]))
+                ex = await _explain(client, f"t-{name}", admin)
+                assert (ex["claimed_tokens"] > 0) is hit, (name, ex["claimed_tokens"])
+            lookup = await client.post("/debug/lookup", json={"input_ids": tokens},
+                                       headers=admin)  # fmt: skip
+            assert lookup.status == 200  # the default, unsalted namespace: nobody's prefixes
+            assert (await lookup.json())["holders"] == []
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer sk-unknown-0123456789"}, {"Authorization": KEYS["acme"]},
+     {"Authorization": f"Bearer {ADMIN}"}],
+)  # fmt: skip
+def test_request_without_a_valid_key__401_openai_shape(headers: dict[str, str]) -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us", tenants=TENANTS, admin_token=ADMIN)
+            body = {"model": ec.MODEL, "prompt": "hello", "max_tokens": 2}
+            for path in ("/v1/completions", "/v1/chat/completions", "/generate"):
+                r = await client.post(path, json=body, headers={"X-Request-Id": "k-1", **headers})
+                out = await r.json()
+                assert r.status == 401, (path, out)
+                assert set(out["error"]) == {"message", "type", "param", "code", "request_id"}
+                assert out["error"]["code"] == "invalid_api_key"
+                assert out["error"]["request_id"] == "k-1" == r.headers["X-Request-Id"]
+            r = await client.get("/v1/models", headers=headers)
+            assert r.status == 401
+            assert app.service.metrics.total("decisions_total") == 0  # never looked up
+
+    run(scenario())
+
+
+def test_admin_and_debug_endpoints__401_without_403_with_a_wrong_token() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us", tenants=TENANTS, admin_token=ADMIN, admin=True)
+            await _generate(client, ec.prompt(64, seed=14), "a-1", _bearer(KEYS["acme"]))
+            calls = [("GET", "/debug/explain/a-1"), ("GET", "/debug/lookup?text=hi"),
+                     ("GET", "/admin/policy")]  # fmt: skip
+            for method, path in calls:
+                r = await client.request(method, path)
+                assert r.status == 401, path
+                assert (await r.json())["error"]["request_id"] == r.headers["X-Request-Id"]
+                r = await client.request(method, path, headers=_bearer(KEYS["acme"]))
+                assert r.status == 403, path
+                r = await client.request(method, path, headers=_bearer(ADMIN))
+                assert r.status == 200, path
+            r = await client.post("/admin/policy", json={"policy": "least_loaded"},
+                                  headers=_bearer(KEYS["globex"]))  # fmt: skip
+            assert r.status == 403
+            r = await client.get("/admin/policy", headers=_bearer(ADMIN))
+            assert (await r.json())["policy"] == "kvcompass"  # the tenant switched nothing
+
+    run(scenario())
