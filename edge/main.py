@@ -49,7 +49,8 @@ def load(path: str | Path | None, overrides: dict[str, Any]) -> tuple[EdgeConfig
     cfg = EdgeConfig.from_toml_text(text, overrides)
     data = tomllib.loads(text) if text else {}
     if "regions" in data:
-        rest = {k: v for k, v in data.items() if k not in ("edge", "workers", "peers", "pipeline")}
+        edge_tables = ("edge", "workers", "peers", "pipeline", "models", "tenants")
+        rest = {k: v for k, v in data.items() if k not in edge_tables}
         return cfg, Deployment.from_dict(rest)
     return cfg, load_deployment(cfg.deployment)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +167,16 @@ def test_config__models_without_the_default__first_listed_is_default() -> None:
     cfg = EdgeConfig.from_toml_text('[edge]\nregion = "us"\n[models."q"]\n[models."r"]\n')
     assert cfg.tenancy().default_model == "q"
     assert [m.name for m in cfg.tenancy().models] == ["q", "r"]
+
+
+def test_readme_example__parses_into_the_documented_scopes() -> None:
+    text = (Path(__file__).parents[3] / "edge" / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Several models and tenants", 1)[1]
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    t = EdgeConfig.from_toml_text(toml).tenancy()
+    acme, initech, globex = (_tenant(t, n) for n in ("acme", "initech", "globex"))
+    llama = t.model(None)
+    assert llama.model_config == "bf16-tp1"
+    assert t.scope(llama, acme).namespace == t.scope(llama, initech).namespace
+    assert t.scope(llama, acme).namespace != t.scope(llama, globex).namespace
+    assert t.scope(t.model("Qwen/Qwen2.5-7B-Instruct"), globex).workers == frozenset({3})
