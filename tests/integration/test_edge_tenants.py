@@ -162,3 +162,26 @@ def test_admin_and_debug_endpoints__401_without_403_with_a_wrong_token() -> None
             assert (await r.json())["policy"] == "kvcompass"  # the tenant switched nothing
 
     run(scenario())
+
+
+def test_relayed_request__peer_edge_authenticates_the_tenant_again() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            eu_app, eu_client = await c.add_edge("eu", tenants=TENANTS, admin_token=ADMIN)
+            peer_url = str(eu_client.make_url("")).rstrip("/")
+            _, client = await c.add_edge("us", tenants=TENANTS, admin_token=ADMIN,
+                                         peers={"eu": peer_url})  # fmt: skip
+            tokens = ec.prompt(8000, seed=15)  # beyond n1(us→eu): worth the WAN
+            await ec.prime(c.workers[2], tokens)
+            c.register(2, tokens, namespace=KeyNamespace(ec.MODEL, "", "acme"))
+            await _generate(client, tokens, "relay-acme", _bearer(KEYS["acme"]))
+            ex = await _explain(client, "relay-acme", _bearer(ADMIN))
+            assert ex["served_by"] == 2 and ex["attempts"] == []  # the peer edge accepted it
+            assert ex["claimed_tokens"] > 0
+            assert eu_app.service.metrics.get("requests_total", endpoint="generate",
+                                              status=200) == 1  # fmt: skip
+            r = await eu_client.post("/generate", json={"input_ids": tokens[:64]},
+                                     headers={"X-KVC-Forward-To": "2"})  # fmt: skip
+            assert r.status == 401  # a relay header is no way around the key
+
+    run(scenario())
