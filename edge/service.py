@@ -150,7 +150,12 @@ class EdgeService:
             order = [decision.worker, *decision.top_workers.tolist()]
             claimed = decision.claimed_tokens
         else:
-            order, claimed = self.policies.order(self.policy, arr, lookup, decision)
+            # baselines hash too (consistent_hash's rings): in this request's namespace
+            default, self.policies.discovery = self.policies.discovery, discovery
+            try:
+                order, claimed = self.policies.order(self.policy, arr, lookup, decision)
+            finally:
+                self.policies.discovery = default
         model = scope.namespace.model_id if scope is not None else None
         ex = Explained(decision, lookup, policy=self.policy, order=order, claimed=claimed,
                        discovery=discovery, model=model)  # fmt: skip

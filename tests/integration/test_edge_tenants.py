@@ -185,3 +185,20 @@ def test_relayed_request__peer_edge_authenticates_the_tenant_again() -> None:
             assert r.status == 401  # a relay header is no way around the key
 
     run(scenario())
+
+
+def test_baseline_policy__hashes_in_the_tenants_namespace_too() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            _, client = await c.add_edge("us", tenants=TENANTS, admin_token=ADMIN,
+                                         policy="consistent_hash")  # fmt: skip
+            tokens = ec.prompt(2048, seed=16)
+            for w in range(ec.DEPLOYMENT.n_workers):  # whichever worker the rings pick holds it
+                c.register(w, tokens, namespace=KeyNamespace(ec.MODEL, "", "acme"))
+            for name, hit in (("acme", True), ("globex", False)):
+                await _generate(client, tokens, f"ch-{name}", _bearer(KEYS[name]))
+                ex = await _explain(client, f"ch-{name}", _bearer(ADMIN))
+                assert ex["policy"] == "consistent_hash"
+                assert (ex["policy_claimed_tokens"] > 0) is hit, (name, ex)
+
+    run(scenario())
