@@ -40,6 +40,8 @@ HELP: dict[str, str] = {
     "forward_failures_total": "forwards that failed, by reason",
     "retries_total": "forwards retried on another worker",
     "migrations_total": "migration requests published",
+    "migrations_out_of_scope_total": "migration requests dropped: target not among the request's "
+    "model or tenant workers",
     "decisions_published_total": "sampled RoutingDecision records published",
     "dead_letters_total": "records sent to the dead-letter topic, by source topic",
     "errors_total": "errors by type",

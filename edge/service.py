@@ -51,6 +51,8 @@ class Explained:
     discovery: EdgeDiscovery | None = None
     """The request's namespace (``edge.tenants.Scope``); None: the service's default."""
     model: str | None = None
+    allowed: frozenset[int] | None = None
+    """Workers the request's scope allows (None: all); migrations elsewhere are dropped."""
 
 
 _TIER_NAMES = tuple(t.name for t in sorted(Tier))
@@ -158,7 +160,8 @@ class EdgeService:
                 self.policies.discovery = default
         model = scope.namespace.model_id if scope is not None else None
         ex = Explained(decision, lookup, policy=self.policy, order=order, claimed=claimed,
-                       discovery=discovery, model=model)  # fmt: skip
+                       discovery=discovery, model=model,
+                       allowed=scope.workers if scope is not None else None)  # fmt: skip
         self.recent[request_id] = ex
         if len(self.recent) > self.explain_capacity:
             self.recent.popitem(last=False)
@@ -234,6 +237,10 @@ class EdgeService:
             for mig in self.router.observe(
                 ex.lookup.family_key, ex.lookup.match.matched_tokens, d, now
             ):
+                if ex.allowed is not None and mig.target_worker not in ex.allowed:
+                    # another model's or tenant's pool: it would cache this prompt for them
+                    self.metrics.inc("migrations_out_of_scope_total")
+                    continue
                 self._publish_migration(mig, tokens, ex)
         rate = self.sample_rate
         if rate >= 1.0 or (rate > 0.0 and self._rng.random() < rate):

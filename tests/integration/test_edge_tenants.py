@@ -202,3 +202,23 @@ def test_baseline_policy__hashes_in_the_tenants_namespace_too() -> None:
                 assert (ex["policy_claimed_tokens"] > 0) is hit, (name, ex)
 
     run(scenario())
+
+
+def test_hot_prefix__no_migration_to_a_worker_outside_the_models_pool() -> None:
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            app, client = await c.add_edge("us", models={ec.MODEL: {"workers": [2, 3]}})
+            now = [0.0]
+            app.service.clock_ms = lambda: now[0]  # a fake clock: idleness needs 500 ms
+            app.service.router.set_local_queues([0.0, 0.0], 0.0)
+            tokens = ec.prompt(8000, seed=17)
+            await ec.prime(c.workers[2], tokens)
+            c.register(2, tokens)
+            for i in range(3):  # what publishes a migration to idle us worker 0 or 1 (routing)
+                now[0] = 1000.0 + i
+                await _generate(client, tokens, f"hot-{i}")
+                assert (await _explain(client, f"hot-{i}"))["served_by"] in (2, 3)
+            assert c.sinks["us"].of(app.pipeline.topics.migrations) == []
+            assert app.service.metrics.total("migrations_out_of_scope_total") == 1
+
+    run(scenario())
