@@ -291,7 +291,8 @@ async def explain(request: web.Request) -> web.Response:
 
 async def lookup(request: web.Request) -> web.Response:
     """GET ``?text=...`` or ``?input_ids=1,2,3``; POST ``{"text": ...}`` or ``{"input_ids": [...]}``
-    (long prompts do not fit in a URL). In the default model's unsalted namespace."""
+    (long prompts do not fit in a URL). Optional ``model`` and ``tenant`` (a tenant's name): the
+    namespace looked up in; default: the default model, unsalted."""
     e = request.app[EDGE]
     e.tenancy.check_admin(request.headers.get("Authorization"))
     src: Any
@@ -306,8 +307,11 @@ async def lookup(request: web.Request) -> web.Response:
             except ValueError:
                 raise shapes.ApiError(400, "input_ids: expected comma-separated ints",
                                       param="input_ids") from None  # fmt: skip
+        src.update((k, q[k]) for k in ("model", "tenant") if k in q)
     if "input_ids" not in src and not isinstance(src.get("text"), str):
         raise shapes.ApiError(400, "expected 'text' (string) or 'input_ids' (token ids)")
-    parsed = shapes.parse_generate(src, e.tokenizer, e.limits)
-    body: dict[str, Any] = e.service.holders(parsed.tokens)
+    model = e.tenancy.model(src.get("model"))
+    tenant = e.tenancy.tenant(src.pop("tenant")) if "tenant" in src else None
+    parsed = shapes.parse_generate(src, e.tokenizer, e.limits_for(model.name))
+    body: dict[str, Any] = e.service.holders(parsed.tokens, e.tenancy.scope(model, tenant))
     return web.json_response(body)

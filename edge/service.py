@@ -309,9 +309,11 @@ class EdgeService:
             "candidates": cands,
         }
 
-    def holders(self, tokens: NDArray[np.int32]) -> dict[str, Any]:
-        """/debug/lookup: every worker with a match for this prompt, longest first."""
-        lk = self.discovery.lookup(np.asarray(tokens, dtype=np.int32))
+    def holders(self, tokens: NDArray[np.int32], scope: Scope | None = None) -> dict[str, Any]:
+        """/debug/lookup: every worker with a match for this prompt (in ``scope``'s namespace),
+        longest first."""
+        discovery = self.discovery if scope is None else self.scoped(scope)
+        lk = discovery.lookup(np.asarray(tokens, dtype=np.int32))
         m = lk.match
         rows = [
             {

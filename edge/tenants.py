@@ -207,6 +207,15 @@ class Tenancy:
                            param="model")  # fmt: skip
         return spec
 
+    def tenant(self, name: object) -> TenantSpec:
+        """The tenant called ``name`` (``/debug/lookup``'s ``tenant``); 400 if there is none."""
+        for t in self.tenants:
+            if t.name == name:
+                return t
+        shown = name[:100] if isinstance(name, str) else name
+        raise ApiError(400, f"tenant: expected one of {[t.name for t in self.tenants]}, got "
+                            f"{shown!r}", param="tenant")  # fmt: skip
+
     def scope(self, model: ModelSpec, tenant: TenantSpec | None) -> Scope:
         """Namespace (model, config, the tenant's group as salt) and the workers allowed."""
         ns = KeyNamespace(model.name, model.model_config,

@@ -112,6 +112,12 @@ def test_two_tenants__never_match_each_others_prefixes_unless_they_share_a_group
                                        headers=admin)  # fmt: skip
             assert lookup.status == 200  # the default, unsalted namespace: nobody's prefixes
             assert (await lookup.json())["holders"] == []
+            for name, holders in (("acme", [0]), ("initech", [0]), ("globex", [])):
+                r = await client.post("/debug/lookup", headers=admin,
+                                      json={"input_ids": tokens, "tenant": name})  # fmt: skip
+                assert [h["worker"] for h in (await r.json())["holders"]] == holders, name
+            r = await client.get("/debug/lookup?text=hi&tenant=nobody", headers=admin)
+            assert r.status == 400 and (await r.json())["error"]["param"] == "tenant"
 
     run(scenario())
 
