@@ -180,3 +180,21 @@ def test_readme_example__parses_into_the_documented_scopes() -> None:
     assert t.scope(llama, acme).namespace == t.scope(llama, initech).namespace
     assert t.scope(llama, acme).namespace != t.scope(llama, globex).namespace
     assert t.scope(t.model("Qwen/Qwen2.5-7B-Instruct"), globex).workers == frozenset({3})
+
+
+def test_deployment_file_with_tenants__edge_tables_kept_out_of_the_deployment(
+    tmp_path: Path,
+) -> None:
+    from edge.main import load
+
+    path = tmp_path / "site.toml"
+    path.write_text(
+        'name = "t-1"\nwan_one_way_ms = [[0.0]]\n'
+        '[[regions]]\nname = "us"\nn_workers = 2\nprefill_ms_per_token = 0.1\n'
+        '[edge]\nregion = "us"\nmodel = "m"\n[models.m]\nworkers = [1]\n'
+        '[tenants.a]\napi_key = "sk-a-0123456789"\n',
+        encoding="utf-8",
+    )
+    cfg, dep = load(path, {})
+    assert dep.n_workers == 2
+    assert [t.name for t in cfg.tenants] == ["a"] and cfg.models[0].workers == frozenset({1})
