@@ -204,6 +204,26 @@ def latest_complete(
     return found, stale
 
 
+def read_records(
+    codec: AvroCodec, pairs: Sequence[tuple[bytes | None, bytes | None]]
+) -> tuple[Snapshot | None, list[bytes]]:
+    """``latest_complete`` of one partition's (key, value) records; a record that does not
+    decode is skipped (a checkpoint missing a chunk is not used, never half-used)."""
+    records: list[tuple[str, dict[str, Any] | None, bytes]] = []
+    for key, value in pairs:
+        if key is None:
+            continue
+        if value is None:
+            records.append(("", None, key))
+            continue
+        try:
+            name, rec = codec.decode(value)
+        except (InvalidInputError, KeyError, ValueError):
+            continue
+        records.append((name, rec, key))
+    return latest_complete(records)
+
+
 def restore(unit: MaintenanceUnit, snap: Snapshot, scan: PatchScan) -> None:
     """Load ``snap`` into a fresh ``unit`` (its tables must be empty); ``scan`` learns the
     snapshot's epochs and seq, so the recovery's fresh epoch and seqs go above them too."""
@@ -247,21 +267,8 @@ class Checkpointer:
     def read(
         self, pairs: Sequence[tuple[bytes | None, bytes | None]]
     ) -> tuple[Snapshot | None, list[bytes]]:
-        """``latest_complete`` of one partition's (key, value) records; a record that does not
-        decode is skipped (a checkpoint missing a chunk is not used, never half-used)."""
-        records: list[tuple[str, dict[str, Any] | None, bytes]] = []
-        for key, value in pairs:
-            if key is None:
-                continue
-            if value is None:
-                records.append(("", None, key))
-                continue
-            try:
-                name, rec = self.codec.decode(value)
-            except (InvalidInputError, KeyError, ValueError):
-                continue
-            records.append((name, rec, key))
-        return latest_complete(records)
+        """``read_records`` with this writer's codec."""
+        return read_records(self.codec, pairs)
 
     def start(self, shard: int, now_ms: int, snap: Snapshot | None, stale: list[bytes]) -> None:
         """A unit of ``shard`` was (re)built now from ``snap`` (None: from scratch)."""

@@ -131,3 +131,11 @@ def test_chunk_keys_differ_per_snapshot__compaction_keeps_both() -> None:
     assert len(chunk_key(1, 5, 0)) == 17 and manifest_key(1) == b"M\x00\x00\x00\x01"
     with pytest.raises(InvalidInputError, match="chunk_bytes"):
         encode(snapshot_of(MaintenanceUnit(LAYOUT, 0, N, initial_capacity=16), 1, 0), 0)
+
+
+def test_replay_covers_compares_log_start_with_checkpoint_offset__retention() -> None:
+    from pipeline.maintenance import replay_covers
+
+    assert replay_covers(0) and not replay_covers(1)  # no checkpoint: the log must start at 0
+    assert replay_covers(500, 500) and replay_covers(10, 500)  # deleted what it covers: fine
+    assert not replay_covers(501, 500)  # the tail after the checkpoint is gone: refuse
