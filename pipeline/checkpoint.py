@@ -181,26 +181,23 @@ def latest_complete(
     (record name, decoded record or None for a tombstone, key), and the keys of live chunks of
     every other snapshot (half-written or superseded: the next checkpoint tombstones them)."""
     manifests: list[dict[str, Any]] = []
-    chunks: dict[tuple[int, int], bytes] = {}
+    chunks: dict[bytes, tuple[int, int, bytes]] = {}
+    """Live chunks by record key -> (snapshot id, index, data)."""
     for name, rec, key in records:
         if rec is None:
-            if key[:1] == CHUNK_TAG and len(key) == _CHUNK_KEY.size:
-                _, _, sid, idx = _CHUNK_KEY.unpack(key)
-                chunks.pop((sid, idx), None)
+            chunks.pop(key, None)
         elif name == "ShardSnapshotManifest":
             manifests.append(rec)
         elif name == "ShardSnapshotChunk":
-            chunks[(int(rec["snapshot_id"]), int(rec["index"]))] = bytes(rec["data"])
+            chunks[key] = (int(rec["snapshot_id"]), int(rec["index"]), bytes(rec["data"]))
     found: Snapshot | None = None
     for m in reversed(manifests):
         sid = int(m["snapshot_id"])
-        found = decode(m, {i: d for (s, i), d in chunks.items() if s == sid})
+        found = decode(m, {i: d for s, i, d in chunks.values() if s == sid})
         if found is not None:
             break
-    shard = found.shard if found is not None else 0
-    stale = [
-        chunk_key(shard, s, i) for s, i in sorted(chunks) if found is None or s != found.snapshot_id
-    ]
+    keep = -1 if found is None else found.snapshot_id
+    stale = [k for k, (s, i, _) in sorted(chunks.items(), key=lambda kv: kv[1][:2]) if s != keep]
     return found, stale
 
 

@@ -4,6 +4,7 @@ op tail == full replay."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -139,3 +140,13 @@ def test_replay_covers_compares_log_start_with_checkpoint_offset__retention() ->
     assert replay_covers(0) and not replay_covers(1)  # no checkpoint: the log must start at 0
     assert replay_covers(500, 500) and replay_covers(10, 500)  # deleted what it covers: fine
     assert not replay_covers(501, 500)  # the tail after the checkpoint is gone: refuse
+
+
+def test_stale_chunks_of_other_shards_keep_their_keys__no_complete_checkpoint() -> None:
+    unit = _unit(_batches(np.random.default_rng(4), 200, 0), shard=0)
+    snap = snapshot_of(unit, 3, 0)
+    moved = dataclasses.replace(snap, shard=2)
+    recs = _wire(moved, 1024)[:-1]  # chunks written, the manifest never was
+    got, stale = latest_complete(recs)
+    assert got is None
+    assert stale == [chunk_key(2, 3, i) for i in range(len(recs))]
