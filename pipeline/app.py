@@ -12,8 +12,8 @@ state) plus the replay of the shard's ``index-ops`` from the offset it covers, t
 (see ``pipeline/README.md``); units checkpoint every ``checkpoint_period_ms``. Recovery is refused
 (``RecoveryRefused``: an ERROR, the ``recovery_refused`` count, nothing published, so edges keep
 the last good epoch) when the log starts above that offset (retention deleted records the
-replay would need). A failed take is
-retried until it succeeds and never acknowledged meanwhile (``pipeline.progress``).
+replay would need). A failed take is retried until it succeeds and never acknowledged meanwhile
+(``pipeline.progress``).
 
 ``build_app`` makes the Faust app (web server off and bound to 127.0.0.1, at_least_once) and
 registers the agents of ``pipeline.agents``. Must not: hold index logic.
