@@ -7,11 +7,13 @@ records, call ``Rechunker`` / ``MaintenanceUnit``, produce ``index-ops`` / ``ind
 of a batch's output (``pipeline.delivery``) before taking the next batch, so that an input offset
 Faust commits never runs ahead of the output it produced (at-least-once). A maintenance unit is
 created, or rebuilt, when its partition's first batch arrives or when a batch does not continue
-where the unit stopped: replay of the shard's ``index-ops`` from the start, then a fresh epoch
-(see ``pipeline/README.md``). Recovery is refused (``RecoveryRefused``: an ERROR, the
-``recovery_refused`` count, nothing published, so edges keep the last good epoch) when the log no
-longer starts at offset 0 (retention deleted records the replay would need). A failed take is
-retried until it succeeds and never acknowledged meanwhile (``pipeline.progress``).
+where the unit stopped: the latest complete checkpoint (``pipeline.checkpoint``, none: an empty
+state) plus the replay of the shard's ``index-ops`` from the offset it covers, then a fresh epoch
+(see ``pipeline/README.md``); units checkpoint every ``checkpoint_period_ms``. Recovery is refused
+(``RecoveryRefused``: an ERROR, the ``recovery_refused`` count, nothing published, so edges keep
+the last good epoch) when the log starts above that offset (retention deleted records the
+replay would need). A failed take is retried until it succeeds and never acknowledged meanwhile
+(``pipeline.progress``).
 
 ``build_app`` makes the Faust app (web server off and bound to 127.0.0.1, at_least_once) and
 registers the agents of ``pipeline.agents``. Must not: hold index logic.
@@ -35,6 +37,7 @@ from kvcompass.errors import InvalidInputError
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
 from kvcompass.types import Tier
+from pipeline.checkpoint import Checkpointer, restore
 from pipeline.codec import AvroCodec, DecodeError, int32_key
 from pipeline.config import PipelineConfig
 from pipeline.dead_letter import DeadLetters, reason_code_of
@@ -95,9 +98,15 @@ def _now_ms() -> int:
 
 
 def read_partition(
-    bootstrap: str, topic: str, partition: int, stop: int | None = None, timeout_s: float = 60.0
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    stop: int | None = None,
+    timeout_s: float = 60.0,
+    start: int = 0,
 ) -> list[Raw]:
-    """Records of one partition from its start up to ``stop`` (exclusive; None: the end now)."""
+    """Records of one partition from ``start`` (or its log start, if later) up to ``stop``
+    (exclusive; None: the end now)."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -110,9 +119,9 @@ def read_partition(
         low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
         end = high if stop is None else min(stop, high)
         out: list[Raw] = []
-        if end <= low:
+        if end <= max(low, start):
             return out
-        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        c.assign([TopicPartition(topic, partition, start if start > low else OFFSET_BEGINNING)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for m in c.consume(10_000, 0.2):
@@ -169,10 +178,18 @@ class PipelineShell:
         self.dead = DeadLetters(self.producer, self.codec, self.topics.dead_letters, "pipeline",
                                 cfg.dead_letter_max_raw_bytes)  # fmt: skip
         self.units: dict[int, MaintenanceUnit] = {}
+        self.checkpoints = Checkpointer(
+            self.delivery,
+            self.codec,
+            self.topics.index_snapshots,
+            cfg.checkpoint_period_ms,
+            cfg.checkpoint_chunk_bytes,
+        )
         self.hold = Hold()
         self.key_ops = 0
         self.recoveries = 0
         self.recovery_refused = 0
+        self.last_recovery_s = 0.0
         self.cache_unknown: set[int] = set()
         """Workers whose last event said cache_state UNKNOWN (degraded sidecar)."""
         self.cache_unknown_reports = 0
@@ -256,14 +273,20 @@ class PipelineShell:
 
     # -- maintenance: index-ops -> index-patches --------------------------------------------
     def _recover(self, partition: int, first_offset: int) -> MaintenanceUnit:
-        """Blocking: rebuild shard ``partition`` from index-ops[0, first_offset) and publish."""
+        """Blocking: rebuild shard ``partition`` from its latest complete checkpoint (covering
+        index-ops[0, c)) and index-ops[c, first_offset), then publish a fresh epoch."""
         s = self.settings
         bootstrap = s.config.bootstrap_servers
-        self._check_replay_covers(partition)
+        t0 = time.perf_counter()
+        snaps = read_partition(bootstrap, self.topics.index_snapshots, partition)
+        snap, stale = self.checkpoints.read([(r.key, r.value) for r in snaps])
+        covered = 0 if snap is None else snap.covered_offset
+        self._check_replay_covers(partition, covered)
         scan = self.scan_patches(read_partition(bootstrap, self.topics.index_patches, partition))
         history: list[tuple[int, OpBatch]] = []
-        ops = read_partition(bootstrap, self.topics.index_ops, partition, first_offset)
-        if ops and not replay_covers(ops[0].offset):  # deleted between the check and the read
+        ops = read_partition(bootstrap, self.topics.index_ops, partition, first_offset,
+                             start=covered)  # fmt: skip
+        if ops and not replay_covers(ops[0].offset, covered):  # deleted since the check
             self.recovery_refused += 1
             raise RecoveryRefused(f"shard {partition}: replay starts at offset {ops[0].offset}")
         for r in ops:
@@ -273,12 +296,19 @@ class PipelineShell:
                 continue  # dead-lettered when it was first met
         unit = MaintenanceUnit(self.layout, partition, s.config.n_shards, fp_bits=s.fp_bits,
                                initial_capacity=s.initial_capacity, seed=s.seed)  # fmt: skip
+        if snap is not None:
+            restore(unit, snap, scan)
         step = unit.recover(history, scan, first_offset)
         self.sink.send(step.patches, step.retired, step.source_offset, _now_ms())
         self.producer.flush(30)
         self.recoveries += 1
-        log.info("shard %d rebuilt from %d op runs; fresh epoch published up to seq %d",
-                 partition, len(history), unit.state.seq)  # fmt: skip
+        self.checkpoints.start(partition, _now_ms(), snap, stale)
+        self.last_recovery_s = time.perf_counter() - t0
+        log.info("shard %d rebuilt from %s and %d op runs (index-ops %d..%d) in %.3f s; fresh "
+                 "epoch published up to seq %d", partition,
+                 "no checkpoint" if snap is None else f"checkpoint {snap.snapshot_id} "
+                 f"({snap.entries} entries)", len(history), covered, first_offset,
+                 self.last_recovery_s, unit.state.seq)  # fmt: skip
         return unit
 
     def scan_patches(self, records: Sequence[Raw]) -> PatchScan:
@@ -305,8 +335,9 @@ class PipelineShell:
             scan.observe(key, seq)
         return scan
 
-    def _check_replay_covers(self, partition: int) -> None:
-        """Raise ``RecoveryRefused`` if index-ops[partition] lost records a replay needs."""
+    def _check_replay_covers(self, partition: int, covered: int) -> None:
+        """Raise ``RecoveryRefused`` if index-ops[partition] lost records a replay from
+        ``covered`` (the checkpoint's offset; 0: none) needs."""
         c = Consumer({"bootstrap.servers": self.settings.config.bootstrap_servers,
                       "group.id": "kvcompass-recovery", "enable.auto.commit": False})  # fmt: skip
         try:
@@ -314,14 +345,14 @@ class PipelineShell:
             low, _ = c.get_watermark_offsets(tp, timeout=60.0)
         finally:
             c.close()
-        covered = replay_covers(low)
-        if covered:
+        if replay_covers(low, covered):
             return
         self.recovery_refused += 1
         raise RecoveryRefused(
             f"shard {partition}: {self.topics.index_ops}[{partition}] starts at offset {low} "
-            f"(records below were deleted, e.g. by retention); a replay from there would publish "
-            f"a partial index, so the shard keeps its last published epoch and is not recovered"
+            f"but the latest complete checkpoint covers only offsets < {covered} (records in "
+            f"between were deleted, e.g. by retention); a replay from there would publish a "
+            f"partial index, so the shard keeps its last published epoch and is not recovered"
         )
 
     async def maintain_until_done(self, batch: Sequence[Raw]) -> int:
@@ -346,6 +377,8 @@ class PipelineShell:
             unit = await loop.run_in_executor(None, self._recover, p, batch[0].offset)
             self.units[p] = unit
         n = self.apply(unit, batch)
+        if self.checkpoints.due(p, _now_ms()):
+            await self.checkpoints.write(unit, _now_ms())
         await self.delivery.delivered_up_to(self.delivery.mark(), since=start)
         return n
 

@@ -40,6 +40,7 @@ class TopicNames:
     migrations: str
     routing_decisions: str
     dead_letters: str
+    index_snapshots: str
 
     def all(self) -> tuple[str, ...]:
         """Every topic name, in DESIGN §7 order."""
@@ -61,6 +62,25 @@ class PipelineConfig:
     routing_decisions_partitions: int = 2
     kv_events_retention_ms: int = 7 * _DAY_MS
     index_ops_retention_ms: int = _HOUR_MS
+    """Bounded (time): with checkpoints, recovery needs only the tail after the latest complete
+    checkpoint. Rule (checked here): > ``checkpoint_period_ms + checkpoint_margin_ms``."""
+    index_ops_retention_bytes: int = 1 << 30
+    """Bounded (size, per partition). Rule (the operator's, it depends on the op rate; not
+    checkable here): must hold ``(checkpoint_period_ms + checkpoint_margin_ms)`` of the peak
+    op bytes/s of one shard, else size retention can delete a tail a recovery needs (which is
+    then refused, loudly)."""
+    index_ops_segment_ms: int = 10 * _MINUTE_MS
+    """Retention deletes closed segments only; a roll well below the retention keeps storage
+    near it."""
+    checkpoint_period_ms: int = 60_000
+    """A maintenance unit checkpoints its shard (``pipeline.checkpoint``) once this long has
+    passed since its last checkpoint, at its next batch."""
+    checkpoint_margin_ms: int = 10 * _MINUTE_MS
+    """Slack of the retention rule: time for a checkpoint to be written and for a held or
+    stopped unit to come back before the tail it needs expires."""
+    checkpoint_chunk_bytes: int = 512 * 1024
+    """Payload bytes per ``ShardSnapshotChunk`` record: below the broker's default 1 MB
+    ``max.message.bytes`` with room for the Avro and Kafka framing."""
     queue_vectors_retention_ms: int = 10 * _MINUTE_MS
     migrations_retention_ms: int = _HOUR_MS
     routing_decisions_retention_ms: int = 6 * _HOUR_MS
@@ -114,6 +134,18 @@ class PipelineConfig:
                 not isinstance(value, int) or isinstance(value, bool) or value < 1
             ):
                 raise ConfigError(f"{f.name}: expected an int >= 1 (ms or bytes); got {value!r}")
+        need = self.checkpoint_period_ms + self.checkpoint_margin_ms
+        if self.index_ops_retention_ms <= need:
+            raise ConfigError(
+                f"index_ops_retention_ms: expected > checkpoint_period_ms + checkpoint_margin_ms "
+                f"= {need} (recovery replays index-ops from the latest checkpoint); got "
+                f"{self.index_ops_retention_ms}"
+            )
+        if not 1024 <= self.checkpoint_chunk_bytes <= 900 * 1024:
+            raise ConfigError(
+                f"checkpoint_chunk_bytes: expected 1024..{900 * 1024} (below the broker's "
+                f"default 1 MB max.message.bytes); got {self.checkpoint_chunk_bytes}"
+            )
 
     @property
     def topics(self) -> TopicNames:
@@ -126,6 +158,7 @@ class PipelineConfig:
             migrations=f"{p}migrations",
             routing_decisions=f"{p}routing-decisions",
             dead_letters=f"{p}dead-letters",
+            index_snapshots=f"{p}index-snapshots",
         )
 
     def mirrored(self, topic: str) -> tuple[str, ...]:

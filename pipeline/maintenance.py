@@ -1,10 +1,11 @@
 """One maintenance unit (DESIGN §5, §7): the per-partition state behind the maintenance agent.
 
 Owns, for shard s: the keyed ``ShardState`` (sole writer of shard s of every table), which
-``index-ops`` offsets it reflects (``next_offset``), recovery (replay the shard's op history, then
-start a fresh epoch above every epoch already on ``index-patches`` with sequence numbers past the
-last one there, and retire, i.e. tombstone, every older piece), applying decoded op batches in
-order in one core call per run, and which patch keys a growth into a new epoch retires.
+``index-ops`` offsets it reflects (``next_offset``), recovery (replay the shard's op history
+after its checkpoint, if any, was loaded by ``pipeline.checkpoint.restore``; then start a fresh
+epoch above every epoch already on ``index-patches`` with sequence numbers past the last one
+there, and retire, i.e. tombstone, every older piece), applying decoded op batches in order in
+one core call per run, and which patch keys a growth into a new epoch retires.
 
 Must not: talk to Kafka or encode records (``pipeline.patch_sink``), or decide batching (the
 agent's ``take``). Decisions are data: ``apply`` returns a ``Step`` the shell sends.
@@ -85,9 +86,10 @@ def replay_covers(log_start_offset: int, restored_next_offset: int = 0) -> bool:
     """Whether replaying ``index-ops`` from ``log_start_offset`` rebuilds the shard exactly.
 
     Records below the log start are gone (retention, ``delete_records``), so what recovery
-    starts from must already reflect them: a restored state of offsets below
-    ``restored_next_offset`` (0: none, recovery replays from scratch and needs the log to start
-    at 0). A replay that does not cover them would publish a partial index as a fresh epoch.
+    starts from must already reflect them: a checkpoint of the offsets below
+    ``restored_next_offset`` (its ``covered_offset``; 0: none, recovery replays from scratch and
+    needs the log to start at 0). A replay that does not cover them would publish a partial
+    index as a fresh epoch.
     """
     return log_start_offset <= restored_next_offset
 

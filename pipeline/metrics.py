@@ -8,6 +8,7 @@ what it reads.
 
 Names (prefix ``kvc_pipeline_``): ``key_ops_total``, ``recoveries_total``,
 ``recovery_refused_total`` (a shard whose ``index-ops`` lost records a replay needs),
+``checkpoints_total`` (checkpoints written), ``last_recovery_seconds`` (gauge),
 ``hold_failures_total{step}`` (failed attempts of a held take), ``held{step}`` (1 while a step
 is held), ``dead_letters_total{reason}``, ``cache_unknown{worker}`` (1 while the worker's
 events say its cache is unknown), ``cache_unknown_reports_total``.
@@ -38,9 +39,12 @@ class ShellCollector(Collector):
         s = self.shell
         for name, help_text, value in (
             ("key_ops", "key operations applied to the shards", s.key_ops),
-            ("recoveries", "shard recoveries (replay of index-ops, fresh epoch)", s.recoveries),
+            ("recoveries", "shard recoveries (checkpoint + index-ops tail, fresh epoch)",
+             s.recoveries),
             ("recovery_refused", "recoveries refused: index-ops lost records the replay needs",
              s.recovery_refused),
+            ("checkpoints", "shard checkpoints written to index-snapshots",
+             s.checkpoints.written),
         ):  # fmt: skip
             yield CounterMetricFamily(PREFIX + name, help_text, value=float(value))
         fails = CounterMetricFamily(PREFIX + "hold_failures", "failed attempts of held takes",
@@ -68,6 +72,9 @@ class ShellCollector(Collector):
         yield unknown
         yield CounterMetricFamily(PREFIX + "cache_unknown_reports", "workers reported degraded",
                                   value=float(s.cache_unknown_reports))  # fmt: skip
+        yield GaugeMetricFamily(PREFIX + "last_recovery_seconds",
+                                "wall time of the latest shard recovery (checkpoint + tail)",
+                                value=float(s.last_recovery_s))  # fmt: skip
 
 
 def serve_metrics(shell: PipelineShell, port: int, host: str = "127.0.0.1") -> int:

@@ -105,7 +105,11 @@ def topic_specs(config: PipelineConfig) -> tuple[TopicSpec, ...]:
         spec(
             t.index_ops,
             config.n_shards,
-            delete_after(config.index_ops_retention_ms),
+            {
+                **delete_after(config.index_ops_retention_ms),
+                "retention.bytes": str(config.index_ops_retention_bytes),
+                "segment.ms": str(config.index_ops_segment_ms),
+            },
             fixed_partitions=True,
         ),
         spec(
@@ -140,6 +144,19 @@ def topic_specs(config: PipelineConfig) -> tuple[TopicSpec, ...]:
             delete_after(config.routing_decisions_retention_ms),
         ),
         spec(t.dead_letters, 1, delete_after(config.dead_letters_retention_ms)),
+        # Checkpoints (pipeline.checkpoint): partition = shard; compaction keeps the latest
+        # manifest and the chunks not yet tombstoned (those of the latest two checkpoints).
+        spec(
+            t.index_snapshots,
+            config.n_shards,
+            {
+                "cleanup.policy": "compact",
+                "segment.ms": str(config.index_patches_segment_ms),
+                "min.cleanable.dirty.ratio": "0.2",
+            },
+            fixed_partitions=True,
+            compacted=True,
+        ),
     )
 
 

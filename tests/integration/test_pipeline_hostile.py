@@ -6,9 +6,9 @@ Tests run in file order on one worker and one set of topics:
 (b) a record whose dead letter the broker refuses (dead-letters' max.message.bytes lowered):
     rechunk holds, no offset is committed past the record, nothing after it is applied; once
     the topic accepts the dead letter again, processing resumes and everything is applied;
-(c) a restart after index-ops records were deleted (retention, here ``delete_records``): the
-    shard refuses to recover, keeps its last published epoch on every view, and is not wiped;
-    the other shards go on.
+(c) a restart after index-ops records were deleted (retention, here ``delete_records``) that
+    no checkpoint covers (checkpoints are off in this module): the shard refuses to recover,
+    keeps its last published epoch on every view, and is not wiped; the other shards go on.
 """
 
 from __future__ import annotations
@@ -59,9 +59,12 @@ def cfg(kafka_bootstrap: str) -> PipelineConfig:
 @pytest.fixture(scope="module")
 def worker(cfg: PipelineConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     w = Worker(cfg, tmp_path_factory.mktemp("worker") / "worker.log", ("--metrics-port", "0"))
-    w.start()
-    yield w
-    w.stop()
+    with pytest.MonkeyPatch.context() as env:  # no checkpoint: (c) is recovery from offset 0
+        env.setenv("KVCOMPASS_CHECKPOINT_PERIOD_MS", str(24 * 3_600_000))
+        env.setenv("KVCOMPASS_INDEX_OPS_RETENTION_MS", str(48 * 3_600_000))
+        w.start()
+        yield w
+        w.stop()
 
 
 @pytest.fixture(scope="module")

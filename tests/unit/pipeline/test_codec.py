@@ -89,6 +89,14 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "raw": b'{"not": "avro"}', "timestamp_ms": 1_796_000_000_005, "raw_size_bytes": 15,
         "raw_sha256": bytes(range(32)), "original_key_size_bytes": 4,
     },
+    "ShardSnapshotChunk": {"shard": 2, "snapshot_id": 1_796_000_000_006, "index": 3,
+                           "data": bytes(range(48))},
+    "ShardSnapshotManifest": {
+        "shard": 2, "snapshot_id": 1_796_000_000_006, "covered_offset": 1234, "seq": 77,
+        "created_ms": 1_796_000_000_006, "n_chunks": 4, "total_bytes": 48 * 4,
+        "sha256": bytes(range(32)),
+        "tables": [{"table": 0, "epoch": 2, "n_keys": 6}, {"table": 1, "epoch": 0, "n_keys": 0}],
+    },
 }  # fmt: skip
 
 

@@ -13,6 +13,8 @@ from tests.unit.pipeline.test_app import _shell
 def test_metrics_expose_refusals_holds_and_dead_letters__scrape() -> None:
     shell, _ = _shell()
     shell.recovery_refused = 2
+    shell.checkpoints.written = 3
+    shell.last_recovery_s = 1.5
     shell.hold.failures["maintain[1]"] = 3
     shell.hold.held["maintain[1]"] = "RecoveryRefused: shard 1"
     shell.dead.counts["UNDECODABLE"] = 4
@@ -25,6 +27,8 @@ def test_metrics_expose_refusals_holds_and_dead_letters__scrape() -> None:
         for s in fam.samples
     }
     assert samples[("kvc_pipeline_recovery_refused_total", ())] == 2
+    assert samples[("kvc_pipeline_checkpoints_total", ())] == 3
+    assert samples[("kvc_pipeline_last_recovery_seconds", ())] == 1.5
     assert samples[("kvc_pipeline_hold_failures_total", (("step", "maintain[1]"),))] == 3
     assert samples[("kvc_pipeline_held", (("step", "maintain[1]"),))] == 1
     assert samples[("kvc_pipeline_dead_letters_total", (("reason", "UNDECODABLE"),))] == 4

@@ -16,7 +16,7 @@ def test_defaults_are_valid__local_broker() -> None:
     config = PipelineConfig()
     assert config.bootstrap_servers == "127.0.0.1:19092"
     assert config.topics.index_patches == "index-patches"
-    assert len(config.topics.all()) == 7
+    assert len(config.topics.all()) == 8
 
 
 def test_prefix_applies_to_every_topic__topic_names() -> None:
@@ -72,3 +72,20 @@ def test_mirror_sources_and_patches_source__names_of_the_mm2_copies() -> None:
     for bad in ({"mirror_sources": "a,a"}, {"mirror_sources": ["a.b"]}, {"patches_source": "x y"}):
         with pytest.raises(ConfigError, match="alias"):
             PipelineConfig.from_mapping(bad)
+
+
+def test_index_ops_retention_must_exceed_checkpoint_period_plus_margin__rule() -> None:
+    ok = PipelineConfig(
+        index_ops_retention_ms=70_001, checkpoint_period_ms=60_000, checkpoint_margin_ms=10_000
+    )
+    assert ok.index_ops_retention_ms > ok.checkpoint_period_ms + ok.checkpoint_margin_ms
+    with pytest.raises(ConfigError, match="checkpoint_period_ms \\+ checkpoint_margin_ms = 70000"):
+        PipelineConfig(
+            index_ops_retention_ms=70_000, checkpoint_period_ms=60_000, checkpoint_margin_ms=10_000
+        )
+    with pytest.raises(ConfigError, match="checkpoint_chunk_bytes"):
+        PipelineConfig(checkpoint_chunk_bytes=2 * 1024 * 1024)
+    assert (
+        PipelineConfig.from_env({"KVCOMPASS_CHECKPOINT_PERIOD_MS": "1000"}).checkpoint_period_ms
+        == 1000
+    )

@@ -35,6 +35,8 @@ EXPECTED_IDS = {
     "RoutingDecision": 6,
     "DeadLetter": 9,  # id 7 (unbounded raw) still reads
     "IndexOpBatch": 8,
+    "ShardSnapshotChunk": 12,
+    "ShardSnapshotManifest": 13,
 }
 
 

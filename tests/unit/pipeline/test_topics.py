@@ -21,7 +21,7 @@ def test_specs_follow_design_table__prefixed_names() -> None:
     specs = _by_name(topic_specs(config))
     assert list(specs) == [
         "t1.kv-events", "t1.index-ops", "t1.index-patches", "t1.queue-vectors",
-        "t1.migrations", "t1.routing-decisions", "t1.dead-letters",
+        "t1.migrations", "t1.routing-decisions", "t1.dead-letters", "t1.index-snapshots",
     ]  # fmt: skip
     assert specs["t1.index-ops"].partitions == specs["t1.index-patches"].partitions == 6
     assert specs["t1.kv-events"].partitions == 3
