@@ -8,9 +8,7 @@ report turns into hit rate and reuse; a prompt repeated once the index knows its
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +17,7 @@ import pytest
 from e2e import report
 from e2e.loadgen import LoadGenerator, Results
 from sim.experiment import make_workload
-
-_spec = importlib.util.spec_from_file_location(
-    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
-)
-assert _spec is not None and _spec.loader is not None
-ec = importlib.util.module_from_spec(_spec)
-sys.modules["edge_cluster"] = ec
-_spec.loader.exec_module(ec)
+from tests.integration import edge_cluster as ec
 
 pytestmark = pytest.mark.timeout(120)
 

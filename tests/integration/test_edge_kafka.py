@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,14 +29,7 @@ from pipeline.config import PipelineConfig
 from pipeline.patch_sink import PatchSink
 from pipeline.registry import InProcessRegistry
 from pipeline.topics import ensure_topics
-
-_spec = importlib.util.spec_from_file_location(
-    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
-)
-assert _spec is not None and _spec.loader is not None
-ec = importlib.util.module_from_spec(_spec)
-sys.modules["edge_cluster"] = ec
-_spec.loader.exec_module(ec)
+from tests.integration import edge_cluster as ec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

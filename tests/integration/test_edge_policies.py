@@ -9,23 +9,13 @@ policy can be switched live through ``/admin/policy`` and refuses unknown names.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from edge.policies import POLICIES
-
-_spec = importlib.util.spec_from_file_location(
-    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
-)
-assert _spec is not None and _spec.loader is not None
-ec = importlib.util.module_from_spec(_spec)
-sys.modules["edge_cluster"] = ec
-_spec.loader.exec_module(ec)
+from tests.integration import edge_cluster as ec
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,22 +10,12 @@ id echoed). Registrations are made in the namespace a sidecar of that pool would
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvcompass.keys import KeyNamespace
-
-_spec = importlib.util.spec_from_file_location(
-    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
-)
-assert _spec is not None and _spec.loader is not None
-ec = importlib.util.module_from_spec(_spec)
-sys.modules["edge_cluster"] = ec
-_spec.loader.exec_module(ec)
+from tests.integration import edge_cluster as ec
 
 pytestmark = pytest.mark.timeout(300)
 

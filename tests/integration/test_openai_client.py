@@ -7,23 +7,14 @@ unknown model, 400 bad body, 413 too large, 400 context length)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-_spec = importlib.util.spec_from_file_location(
-    "edge_cluster", Path(__file__).with_name("edge_cluster.py")
-)
-assert _spec is not None and _spec.loader is not None
-ec = importlib.util.module_from_spec(_spec)
-sys.modules["edge_cluster"] = ec
-_spec.loader.exec_module(ec)
+from tests.integration import edge_cluster as ec
 
 pytestmark = pytest.mark.timeout(120)
 PROMPT = "The discovery plane finds a reusable prefix anywhere. " * 4
