@@ -180,8 +180,10 @@ class BackgroundLoad:
             }
             self.in_flight += 1
             kind = ""
+            answered = False  # a status line came back: the edge took the request
             try:
                 async with http.post(url, json=body) as r:
+                    answered = True
                     await r.read()
                     if r.status != 200:
                         kind = f"HTTP {r.status}"
@@ -191,6 +193,11 @@ class BackgroundLoad:
                 ConnectionResetError,
             ) as exc:
                 kind = f"refused:{type(exc).__name__}"
+            except aiohttp.ClientOSError as exc:
+                # A reset while the request is written on a pooled keep-alive connection that the
+                # stopping edge has just closed (HTTP/1.1's idle-close race): the edge never took
+                # the request, so it is a refusal; a reset after the status line is a failure.
+                kind = f"refused:{type(exc).__name__}" if not answered else type(exc).__name__
             except (TimeoutError, aiohttp.ClientError) as exc:
                 kind = type(exc).__name__
             finally:
