@@ -43,6 +43,7 @@ from pipeline.config import PipelineConfig
 from pipeline.producer import KafkaProducer
 from pipeline.registry import InProcessRegistry
 from pipeline.topics import ensure_topics
+from tests.integration.kv_holdings import holdings
 from workers.bridge import RankBridge
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
@@ -131,19 +132,6 @@ def _consume(bootstrap: str, topic: str, n_min: int) -> list[dict[str, Any]]:
     finally:
         c.close()
     return out
-
-
-def _holdings(records: list[dict[str, Any]]) -> dict[int, str]:
-    held: dict[int, str] = {}
-    for r in records:
-        if r["op"] == "CLEARED":
-            held.clear()
-        for k in r["registration_keys"] or []:
-            if r["op"] == "REMOVED":
-                held.pop(k, None)
-            else:
-                held[k] = r["tier"]
-    return held
 
 
 async def _bridge(
@@ -252,9 +240,9 @@ def test_sglang_publisher_and_recorder__chains_tiers_eagle_gaps_restart_dp_rank(
     assert ops.count("CLEARED") == 3  # bridge start, AllBlocksCleared, engine restart
     cleared = [i for i, op in enumerate(ops) if op == "CLEARED"]
     before = records[: cleared[1]]  # up to SGLang's AllBlocksCleared
-    assert _holdings(before) == {_key(P, 8): "DRAM", _key(P, 16): "DRAM",
+    assert holdings(before) == {_key(P, 8): "DRAM", _key(P, 16): "DRAM",
                                  _key(Q, 8): "VRAM", _key(Q, 16): "VRAM"}  # fmt: skip
-    assert _holdings(records) == {_key(P, 8): "VRAM", _key(P, 16): "VRAM"}
+    assert holdings(records) == {_key(P, 8): "VRAM", _key(P, 16): "VRAM"}
     assert len({r["engine_seq"] for r in records}) == len(records)
 
 
@@ -313,7 +301,7 @@ def test_vllm_publisher__bytes_hashes_cpu_medium_replayed_gap_clear(
     moved = [r for r in records if r["op"] == "TIER_MOVED"]
     assert [(r["tier"], r["registration_keys"]) for r in moved] == [("DRAM", [_key(P, 8)])]
     assert [r["registration_keys"] for r in records if r["op"] == "REMOVED"] == [[_key(P, 32)]]
-    assert _holdings(records) == {_key(P, 8): "VRAM"}
+    assert holdings(records) == {_key(P, 8): "VRAM"}
 
 
 # -- /server_info ------------------------------------------------------------------------------

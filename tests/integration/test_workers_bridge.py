@@ -25,6 +25,7 @@ from pipeline.config import PipelineConfig
 from pipeline.producer import KafkaProducer
 from pipeline.registry import InProcessRegistry
 from pipeline.topics import ensure_topics
+from tests.integration.kv_holdings import holdings
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.emulated.costs import EmulatedCosts
@@ -61,20 +62,6 @@ def _consume_all(bootstrap: str, topic: str, expected_min: int) -> list[dict[str
     finally:
         c.close()
     return out
-
-
-def _holdings(records: list[dict[str, Any]]) -> dict[int, str]:
-    """The index a consumer of kv-events would build: key -> tier."""
-    held: dict[int, str] = {}
-    for r in records:
-        if r["op"] == "CLEARED":
-            held.clear()
-        for k in r["registration_keys"] or []:
-            if r["op"] == "REMOVED":
-                held.pop(k, None)
-            else:
-                held[k] = r["tier"]
-    return held
 
 
 def _truth(worker: EmulatedWorker, prompts: list[list[int]]) -> dict[int, str]:
@@ -163,5 +150,5 @@ def test_requests_become_registrations_moves_and_evictions__gap_replayed(
     assert first["registration_keys"] == [prompt_key(NS, np.array(prompts[0]), n) for n in (8, 16)]
     assert first["tier"] == Tier.VRAM.name
     assert any(r["op"] == "TIER_MOVED" and r["tier"] == "DRAM" for r in records)
-    assert _holdings(records) == out["truth"]
+    assert holdings(records) == out["truth"]
     assert len({r["engine_seq"] for r in records}) == len(records)
