@@ -188,12 +188,17 @@ class BlockTable:
         if lens.size:
             head = parent.prefix() if parent is not None else np.empty(0, np.int32)
             keys = self._hasher.keys_at(np.concatenate([head, new_tokens]), lens)
+        # Per new block: the registration lengths it completes, lens[cuts[i - 1]:cuts[i]]; Python
+        # lists, so slicing them per block costs no numpy call (this loop is the sidecar's hot
+        # path: one iteration per stored page).
+        cuts = np.searchsorted(lens, start + bs * np.arange(1, n - new_at + 1), side="right")
+        lens_l: list[int] = lens.tolist()
+        keys_l: list[int] = keys.tolist()
+        cuts_l: list[int] = cuts.tolist()
         j = 0
         for i, h in enumerate(ev.block_hashes[new_at:]):
             b_end = start + (i + 1) * bs
-            k0 = j
-            while j < lens.size and int(lens[j]) <= b_end:
-                j += 1
+            k0, j = j, cuts_l[i]
             known = self._blocks.get(h)
             if known is not None:  # re-stored mid-chain: keep it, only add the medium
                 if _parent_hash(known) != (None if parent is None else parent.block_hash):
@@ -206,10 +211,10 @@ class BlockTable:
             b = Block(
                 h,
                 parent,
-                new_tokens[i * bs : (i + 1) * bs].copy(),
+                new_tokens[i * bs : (i + 1) * bs],  # a view of this event's own int32 copy
                 b_end,
-                tuple(int(n) for n in lens[k0:j]),
-                tuple(int(k) for k in keys[k0:j]),
+                tuple(lens_l[k0:j]),
+                tuple(keys_l[k0:j]),
             )
             self._touch(b, before)
             b.tiers.add(tier)

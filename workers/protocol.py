@@ -48,6 +48,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 
@@ -191,14 +192,15 @@ def _medium(value: str | None) -> str:
 
 
 def _tokens(raw: list[int | tuple[int, int]]) -> tuple[int, ...]:
-    # EAGLE pairs (t[j], t[j+1]) -> t[j]; one event is either all ints or all pairs.
-    if raw and isinstance(raw[0], tuple):
-        if not all(isinstance(t, tuple) for t in raw):
-            raise ProtocolError("BlockStored: token_ids mix ints and EAGLE pairs")
-        return tuple(t[0] for t in raw if isinstance(t, tuple))
-    if not all(isinstance(t, int) for t in raw):
-        raise ProtocolError("BlockStored: token_ids mix ints and EAGLE pairs")
-    return tuple(t for t in raw if isinstance(t, int))
+    # EAGLE pairs (t[j], t[j+1]) -> t[j]; one event is either all ints or all pairs. msgspec has
+    # checked every element is one or the other; the set of their types is built in C (a
+    # per-element isinstance loop was ~60% of a sidecar's decode time at 4K-token prompts).
+    kinds = set(map(type, raw))
+    if kinds <= {int}:
+        return tuple(cast("list[int]", raw))
+    if kinds == {tuple}:
+        return tuple(t[0] for t in cast("list[tuple[int, int]]", raw))
+    raise ProtocolError("BlockStored: token_ids mix ints and EAGLE pairs")
 
 
 def _normal(ev: object) -> Event:
