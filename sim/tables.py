@@ -11,8 +11,9 @@ of every other non-ideal scheme. Must not compute metrics (``sim.metrics`` does)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 REFERENCE = "kvcompass"
 
@@ -61,15 +62,20 @@ def is_ideal(name: str) -> bool:
 
 
 def comparison(
-    summaries: Mapping[str, Mapping[str, float]], reference: str = REFERENCE
+    summaries: Mapping[str, Mapping[str, float]],
+    reference: str = REFERENCE,
+    columns: Sequence[tuple[str, str, str]] = COLUMNS,
 ) -> Comparison:
-    """Every scheme's values and its ratios to ``reference`` (ratios "—" without it)."""
+    """Every scheme's values and its ratios to ``reference`` (ratios "—" without it).
+
+    ``columns``: (summary field, header, kind) of the value columns; the simulator's by default,
+    the demo passes its own (``e2e.report.COLUMNS``: no simulator-only field)."""
     ref = summaries.get(reference)
-    headers = ["scheme", *(h for _, h, _ in COLUMNS), *RATIO_HEADERS]
+    headers = ["scheme", *(h for _, h, _ in columns), *RATIO_HEADERS]
     rows: list[list[str]] = []
     ideal: list[list[str]] = []
     for name, s in summaries.items():
-        cells = [name, *(fmt(float(s.get(f, math.nan)), kind) for f, _, kind in COLUMNS)]
+        cells = [name, *(fmt(float(s.get(f, math.nan)), kind) for f, _, kind in columns)]
         p99 = tput = math.nan
         if ref is not None:
             p99 = _ratio(s.get("ttft_p99_ms"), ref.get("ttft_p99_ms"))
@@ -106,6 +112,23 @@ def markdown(table: Comparison) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in table.rows]
     lines += ["| " + " | ".join([f"*{r[0]}*", *r[1:]]) + " |" for r in table.ideal_rows]
     return "\n".join(lines)
+
+
+def rich_table(table: Comparison, title: str) -> Any:
+    """The comparison as a ``rich.table.Table`` (ideal rows after a section line, dimmed), the
+    way ``kvcompass sim`` and ``kvcompass demo`` print it."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for i, h in enumerate(table.headers):
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in table.rows:
+        t.add_row(*row)
+    if table.ideal_rows:
+        t.add_section()
+        for row in table.ideal_rows:
+            t.add_row(f"{row[0]} (reference)", *row[1:], style="dim")
+    return t
 
 
 def _ratio(a: float | None, b: float | None) -> float:

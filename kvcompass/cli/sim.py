@@ -57,6 +57,13 @@ def register(subparsers: Any) -> None:
         choices=("workers", "uniform", "population"),
         help="users per region: proportional to workers (default), uniform, or population",
     )
+    p.add_argument(
+        "--tenants",
+        type=int,
+        default=None,
+        help="independent tenants of a generated workload (default: Mixed 50, paper §5.3; "
+        "chat none); the e2e demo's testbed runs use 1",
+    )
     p.add_argument("--eviction", default=None, help="lru | lfu | fifo (default: per workload)")
     p.add_argument("--wan-jitter", type=float, default=0.0, help="WAN jitter fraction (0..1)")
     p.add_argument("--index-loss", type=float, default=0.0, help="index patch batch loss (0..1)")
@@ -119,7 +126,6 @@ def _schemes(spec: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from kvcompass.cli.deployments import load_deployment
     from sim import experiment
@@ -179,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 rate = asked or 3000.0
                 wl = experiment.make_workload(
-                    wl_name, args.requests, rate, dep, args.seed, args.origins
+                    wl_name, args.requests, rate, dep, args.seed, args.origins, args.tenants
                 )
             requests = None
             for value in values:
@@ -212,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         config=base,
     )
-    _print_table(Console(width=200), sets, Table)
+    _print_table(Console(width=200), sets)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2, default=float))
@@ -244,23 +250,13 @@ class _Tasks:
         self.bar.advance(self.tasks[name], k)
 
 
-def _print_table(console: Any, sets: list[Any], table_cls: Any) -> None:
+def _print_table(console: Any, sets: list[Any]) -> None:
     from sim import tables
 
     for s in sets:
         title = f"rate {s.rate:,g}/s" + (f", {s.knob}={s.value:g}" if s.knob else "")
         summaries = {name: r.summary for name, r in s.results.items()}
-        comp = tables.comparison(summaries)
-        t = table_cls(title=title)
-        for i, h in enumerate(comp.headers):
-            t.add_column(h, justify="left" if i == 0 else "right")
-        for row in comp.rows:
-            t.add_row(*row)
-        if comp.ideal_rows:
-            t.add_section()
-            for row in comp.ideal_rows:
-                t.add_row(f"{row[0]} (reference)", *row[1:], style="dim")
-        console.print(t)
+        console.print(tables.rich_table(tables.comparison(summaries), title))
         line = tables.verdict(summaries)
         if line:
             console.print(line)

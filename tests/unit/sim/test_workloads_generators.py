@@ -9,6 +9,7 @@ import pytest
 
 from kvcompass.deployment import builtin_deployment, builtin_deployment_names
 from kvcompass.errors import InvalidInputError
+from kvcompass.keys import KeyNamespace, PrefixHasher
 from sim.workloads import WORKLOADS, load_trace
 from sim.workloads.chat import LMSYS, WILDCHAT, make_lmsys, make_wildchat
 from sim.workloads.mixed import MixedParams, make_mixed
@@ -219,3 +220,33 @@ def test_sharing_stats__hand_computed_example() -> None:
     assert st.cross_region_tokens == 12  # blocks 1 and 2 are used from regions 0 and 1
     assert st.remote_only_tokens == 8  # r1 found blocks 1, 2 only in region 0
     assert sharing_stats(w, min_prefix_tokens=8).reused_tokens == 8
+
+
+def test_make_workload__tenants_knob_sets_independent_copies_and_is_checked() -> None:
+    from kvcompass.cli.deployments import load_deployment
+    from kvcompass.errors import ConfigError
+    from sim.experiment import make_workload
+
+    dep = load_deployment("paper-testbed-14x3")
+    one = make_workload("mixed", 300, 16.0, dep, 1, "uniform", tenants=1)
+    default = make_workload("mixed", 300, 16.0, dep, 1, "uniform")
+    assert set(one.tenant.tolist()) == {0}
+    assert len(set(default.tenant.tolist())) > 20  # the paper's 50 (§5.3)
+    # one replay shares its tool sets and documents across every request: far more reuse
+    hasher = PrefixHasher(KeyNamespace("m"))
+
+    def shared_prefixes(wl: Workload) -> int:
+        seen: set[int] = set()
+        n = 0
+        for i in range(len(wl)):
+            toks = wl.tokens_of(i)
+            keys = hasher.keys_at(toks, np.arange(256, len(toks) + 1, 256)).tolist()
+            n += sum(1 for k in keys if k in seen)
+            seen.update(keys)
+        return n
+
+    assert shared_prefixes(one) > 2 * shared_prefixes(default)
+    chat = make_workload("wildchat", 50, 16.0, dep, 1, tenants=3)
+    assert set(chat.tenant.tolist()) <= {0, 1, 2}
+    with pytest.raises(ConfigError):
+        make_workload("mixed", 10, 1.0, dep, 1, tenants=0)
