@@ -112,3 +112,44 @@ def test_client_leaving_mid_stream__request_no_longer_counted_as_running() -> No
             assert await running(s, w.url) == 0
 
     asyncio.run(scenario())
+
+
+def test_client_leaving_while_queued__request_aborted_before_its_prefill() -> None:
+    """SGLang aborts a waiting request whose client left (its tokenizer manager polls every 4 s);
+    so does the emulated worker: the queued request never takes the GPU, and the queue empties
+    although the prefill ahead of it is still running."""
+    cfg = EmulatedConfig(
+        model="m", port=0, events_endpoint="tcp://127.0.0.1:*", replay_endpoint=None,
+        costs=EmulatedCosts(time_scale=0.05, decode_ms_per_token=0.0),
+    )  # fmt: skip
+
+    async def loads(s: aiohttp.ClientSession, url: str) -> dict[str, int]:
+        async with s.get(url + "/v1/loads") as r:
+            return dict((await r.json())["loads"][0])
+
+    async def scenario() -> None:
+        async with EmulatedWorker(cfg) as w, aiohttp.ClientSession() as s:
+            # 100K tokens x 0.085 ms = 8.5 s of model time: 0.43 s of wall at scale 0.05
+            long = {"input_ids": list(range(100_000)), "sampling_params": {"max_new_tokens": 1}}
+            first = asyncio.create_task(s.post(w.url + "/generate", json=long))
+            await asyncio.sleep(0.05)
+            queued = {"input_ids": list(range(7, 4007)), "sampling_params": {"max_new_tokens": 1},
+                      "stream": True}  # fmt: skip
+            async with aiohttp.ClientSession() as leaving:
+                task = asyncio.create_task(leaving.post(w.url + "/generate", json=queued))
+                await asyncio.sleep(0.05)
+                assert (await loads(s, w.url))["num_waiting_reqs"] == 1
+                task.cancel()  # the client gives up and closes its connection
+            for _ in range(100):  # noticed at the next poll: 4 s of model time = 0.2 s here
+                if (await loads(s, w.url))["num_waiting_reqs"] == 0:
+                    break
+                await asyncio.sleep(0.02)
+            mid = await loads(s, w.url)
+            assert mid["num_waiting_reqs"] == 0 and mid["num_running_reqs"] == 1
+            (await first).release()
+            after = await loads(s, w.url)
+            assert after["num_requests"] == 1  # only the long one ever took the GPU
+            assert after["total_prefill_uncached_tokens"] == 100_000
+            assert after["num_running_reqs"] == 0 and after["num_waiting_reqs"] == 0
+
+    asyncio.run(scenario())

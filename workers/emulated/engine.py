@@ -22,7 +22,7 @@ import asyncio
 import dataclasses
 import time
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,15 @@ class Loads:
     prefill_busy_us: int = 0
     prefill_uncached_tokens: int = 0
     requests: int = 0
+
+
+ABORT_POLL_MS = 4000.0
+"""How often a waiting request's client is checked (SGLang: ``SGLANG_REQUEST_STATE_WAIT_TIMEOUT``,
+4 s, in ``TokenizerManager._wait_one_response``); model ms, scaled like every other sleep."""
+
+
+class ClientGone(Exception):
+    """The HTTP client of a waiting request left: the request was aborted before its prefill."""
 
 
 class Engine:
@@ -87,15 +96,23 @@ class Engine:
         self._kv[id(out)] = full
         return out, ms
 
-    async def prefill(self, tokens: Sequence[int]) -> Admission:
-        """Queue, then prefill ``tokens``; the request counts as running until ``finish``."""
+    async def prefill(
+        self, tokens: Sequence[int], disconnected: Callable[[], bool] | None = None
+    ) -> Admission:
+        """Queue, then prefill ``tokens``; the request counts as running until ``finish``.
+
+        ``disconnected``: asked every ``ABORT_POLL_MS`` (model ms) while the request waits in the
+        queue; true aborts it (``ClientGone``) before it takes the GPU, as SGLang's tokenizer
+        manager aborts a waiting request whose HTTP client left (it polls every
+        ``SGLANG_REQUEST_STATE_WAIT_TIMEOUT`` = 4 s). Without it, requests a client gave up on
+        (a hot-spotted worker's queue) kept the worker busy for minutes after the load stopped."""
         dev, host = self.cache.match(tokens)
         estimate = max(len(tokens) - dev - host, 0)
         loads = self.loads
         loads.waiting += 1
         loads.waiting_uncached_tokens += estimate
         try:
-            await self._gpu.acquire()
+            await self._queue(disconnected)
         finally:
             loads.waiting -= 1
             loads.waiting_uncached_tokens -= estimate
@@ -118,6 +135,23 @@ class Engine:
         finally:
             self._in_prefill = None
             self._gpu.release()
+
+    async def _queue(self, disconnected: Callable[[], bool] | None) -> None:
+        """Take the GPU lock; with ``disconnected``, give up (``ClientGone``) once it is true."""
+        if disconnected is None or not self._gpu.locked():
+            await self._gpu.acquire()
+            return
+        poll_s = max(self.costs.sleep_s(ABORT_POLL_MS), 0.05)
+        acquire = asyncio.ensure_future(self._gpu.acquire())
+        try:
+            while not acquire.done():
+                await asyncio.wait({acquire}, timeout=poll_s)
+                if not acquire.done() and disconnected():
+                    raise ClientGone("the client left while the request waited in the queue")
+        except BaseException:
+            if not acquire.cancel() and not acquire.cancelled() and acquire.exception() is None:
+                self._gpu.release()  # it got the lock as we gave up
+            raise
 
     def waiting_uncached_tokens(self) -> int:
         """Tokens not yet prefilled: the queue's, plus what remains of the prefill in progress

@@ -22,6 +22,12 @@ class BadRequest(Exception):
     pass
 
 
+def aborted(rid: str) -> web.Response:
+    """The answer to a request aborted because its client left (nobody reads it; SGLang raises
+    "Request is disconnected from the client side" there)."""
+    return error(400, f"Request is disconnected from the client side. Abort request {rid}", rid)
+
+
 def error(status: int, message: str, rid: str) -> web.Response:
     body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
     return web.json_response(body, status=status, headers={"X-Request-Id": rid})
@@ -71,8 +77,19 @@ class Steps:
         self._finish()
 
 
-async def run(engine: Engine, tokens: list[int], max_new: int) -> tuple[Admission, Steps]:
-    adm = await engine.prefill(tokens)
+def client_gone(request: web.Request) -> bool:
+    """The HTTP client of ``request`` closed its connection."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def run(
+    engine: Engine, tokens: list[int], max_new: int, request: web.Request | None = None
+) -> tuple[Admission, Steps]:
+    """Queue and prefill (``Engine.prefill``; with ``request``, a waiting request whose client
+    left is aborted: ``ClientGone``), then the decode steps."""
+    gone = None if request is None else (lambda: client_gone(request))
+    adm = await engine.prefill(tokens, gone)
     finished = False
 
     def finish() -> None:

@@ -25,11 +25,13 @@ from aiohttp import web
 
 from kvcompass.byte_tokenizer import chat_prompt, detokenize, tokenize
 from workers.emulated.cache import Admission
+from workers.emulated.engine import ClientGone
 from workers.emulated.http_common import (
     ENGINE,
     INFO,
     BadRequest,
     Steps,
+    aborted,
     error,
     parse_max_new,
     run,
@@ -133,7 +135,10 @@ async def openai(request: web.Request) -> web.StreamResponse:
         return error(400, str(exc), rid)
     info = request.app[INFO]
     model, report = str(info["served_model_name"]), bool(info["enable_cache_report"])
-    adm, steps = await run(request.app[ENGINE], ask.tokens, ask.max_new)
+    try:
+        adm, steps = await run(request.app[ENGINE], ask.tokens, ask.max_new, request)
+    except ClientGone:
+        return aborted(rid)
     head = {"id": ("chatcmpl-" if chat else "cmpl-") + rid, "created": int(time.time()),
             "model": model}  # fmt: skip
     kind = "chat.completion" if chat else "text_completion"

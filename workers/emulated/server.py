@@ -25,11 +25,12 @@ from aiohttp import web
 from kvcompass.byte_tokenizer import detokenize, tokenize
 from kvcompass.types import Tier
 from workers.emulated.cache import Admission
-from workers.emulated.engine import Engine
+from workers.emulated.engine import ClientGone, Engine
 from workers.emulated.http_common import (
     ENGINE,
     INFO,
     BadRequest,
+    aborted,
     error,
     parse_max_new,
     run,
@@ -141,7 +142,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
     except (BadRequest, json.JSONDecodeError, AttributeError) as exc:
         return error(400, str(exc), rid)
     start = time.perf_counter()
-    adm, steps = await run(request.app[ENGINE], tokens, max_new)
+    try:
+        adm, steps = await run(request.app[ENGINE], tokens, max_new, request)
+    except ClientGone:
+        return aborted(rid)
     out: list[int] = []
     if body.get("stream"):
 
