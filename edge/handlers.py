@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -192,11 +193,19 @@ async def _proxy(
         if ex is not None:
             st.service.dispatch(ex, w)
         try:
-            resp = await st.forwarder.send(
-                w, parsed.worker_path, payload, headers, relay_headers=relay_headers
-            )
+            resp = await _unless_client_leaves(
+                request,
+                st.forwarder.send(w, parsed.worker_path, payload, headers,
+                                  relay_headers=relay_headers),
+            )  # fmt: skip
             worker = w
             break
+        except ClientLeft:
+            if ex is not None:
+                st.service.undispatch(w)
+            metrics.inc("client_disconnect_total")
+            log.debug("client left before worker %d answered: upstream request closed", w)
+            return web.Response(status=499)  # nobody reads it (nginx's "client closed request")
         except ForwardError as err:
             if ex is not None:
                 st.service.undispatch(w)
@@ -233,6 +242,50 @@ async def _proxy(
     if ex is not None:
         st.service.on_response(ex, worker, reused, qv)
     return out
+
+
+CLIENT_POLL_S = 0.5
+"""How often a request waiting for its worker's response head checks that its client is still
+there (SGLang itself checks its clients every 4 s)."""
+
+
+class ClientLeft(Exception):
+    """The client closed its connection before the worker answered."""
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _unless_client_leaves(request: web.Request, send: Awaitable[Response]) -> Response:
+    """Await ``send`` (the forward, until the worker's response head); if the client leaves
+    meanwhile, cancel it, which closes the upstream connection, so the worker (or the peer edge
+    relaying to it) sees the disconnect and aborts the queued request, as a proxy should
+    (nginx's ``proxy_ignore_client_abort off``). Raises ``ClientLeft``."""
+    task = asyncio.ensure_future(send)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=CLIENT_POLL_S)
+            if done:
+                return task.result()
+            if _client_gone(request):
+                break
+    except BaseException:  # this handler cancelled: so is the forward
+        await _discard(task)
+        raise
+    await _discard(task)
+    raise ClientLeft()
+
+
+async def _discard(task: asyncio.Future[Response]) -> None:
+    """Cancel a forward nobody will read; a response that arrived meanwhile is closed."""
+    task.cancel()
+    try:
+        resp = await task
+    except BaseException:  # cancelled, or failed: either way nothing to close
+        return
+    resp.release()
 
 
 async def _whole(

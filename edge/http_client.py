@@ -164,6 +164,9 @@ class Pool:
             except asyncio.LimitOverrunError as exc:
                 conn.close()
                 raise HTTPError("protocol", "response head too large") from exc
+            except BaseException:  # cancelled (the client left): the worker sees a disconnect
+                conn.close()
+                raise
             return self._response(conn, raw)
         raise HTTPError("connect", f"{self.host}:{self.port}: closed twice")  # pragma: no cover
 

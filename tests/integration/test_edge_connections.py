@@ -9,6 +9,7 @@ not an internal error. The deadlines below only bound how long a failing test wa
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -191,6 +192,66 @@ def test_client_leaving_mid_stream_is_a_client_disconnect__emulated_worker() -> 
                 assert m.get("client_disconnect_total") == 1
                 assert m.get("errors_total", type="internal") == 0
                 assert await _health(edge.bound_port) == 200
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 60)
+
+    asyncio.run(main())
+
+
+def test_client_leaving_before_the_first_byte__upstream_closed_and_the_worker_aborts() -> None:
+    """A client that gives up while its request waits in the worker's queue: the edge closes its
+    upstream request (it polls its client every 0.5 s), so the emulated worker, like SGLang,
+    aborts the queued request instead of prefilling it for nobody."""
+    from workers.emulated.costs import EmulatedCosts
+    from workers.emulated.worker import EmulatedConfig, EmulatedWorker
+
+    async def main() -> None:
+        # 100K tokens at 0.085 ms = 8.5 s of model time, 1.7 s of wall at scale 0.2
+        wcfg = EmulatedConfig(model="meta-llama/Llama-3.1-8B-Instruct", port=0,
+                              page_size_tokens=16, events_endpoint="tcp://127.0.0.1:*",
+                              replay_endpoint=None,
+                              costs=EmulatedCosts(time_scale=0.2,
+                                                  decode_ms_per_token=0.0))  # fmt: skip
+        async with EmulatedWorker(wcfg) as w:
+            config = EdgeConfig(region="us", port=0, loads_poll_period_ms=0.0,
+                                workers=((0, w.url),), keepalive_timeout_ms=60_000.0,
+                                body_timeout_ms=TIMEOUT_MS,
+                                max_context_tokens=200_000)  # fmt: skip
+            stop = asyncio.Event()
+            started: asyncio.Future[EdgeApp] = asyncio.get_running_loop().create_future()
+            task = asyncio.create_task(run_edge(config, DEP, stop=stop, started=started))
+            edge = await asyncio.wait_for(started, 120)
+
+            async def post(ids: range) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+                body = json.dumps({"input_ids": list(ids), "stream": True,
+                                   "sampling_params": {"max_new_tokens": 1}}).encode()  # fmt: skip
+                r, wr = await asyncio.open_connection("127.0.0.1", edge.bound_port)
+                wr.write(b"POST /generate HTTP/1.1\r\nHost: e\r\nContent-Type: application/json"
+                         b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+                return r, wr
+
+            try:
+                r1, w1 = await post(range(100_000))
+                await asyncio.sleep(0.3)
+                _, w2 = await post(range(5, 4005))
+                await asyncio.sleep(0.3)
+                w2.transport.abort()  # the second client gives up while queued
+                assert (await asyncio.wait_for(r1.readline(), GIVE_UP_S)).startswith(
+                    b"HTTP/1.1 200"
+                )
+                await asyncio.wait_for(r1.readuntil(b"[DONE]"), GIVE_UP_S)
+                w1.close()
+                m = edge.service.metrics
+                assert m.get("client_disconnect_total") == 1
+                assert m.get("errors_total", type="internal") == 0
+                loads = w.engine.loads
+                for _ in range(int(GIVE_UP_S / 0.05)):
+                    if loads.waiting == 0 and loads.running == 0:
+                        break
+                    await asyncio.sleep(0.05)
+                assert loads.requests == 1  # the second request never took the GPU
+                assert loads.prefill_uncached_tokens == 100_000
             finally:
                 stop.set()
                 await asyncio.wait_for(task, 60)
