@@ -56,6 +56,18 @@ from pipeline.kafka_local import BrokerError
 __all__ = ["ClusterError", "ClusterSpec", "EventCount", "LocalCluster", "ViewCheck"]
 
 
+def gateway_missing() -> str:
+    """Why SGLang's gateway cannot run here ('' when it can): its Python package is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang_router") is None:
+        return (
+            "sglang-router is not installed (pip install 'sglang-router==0.3.2', the project's "
+            "'conformance' extra, which make demo installs)"
+        )
+    return ""
+
+
 class LocalCluster:
     """``with LocalCluster(spec, run_dir) as c:`` starts on enter and stops on exit."""
 
@@ -75,6 +87,11 @@ class LocalCluster:
         self.worker_urls: dict[int, str] = {
             w: f"http://127.0.0.1:{ports['worker'][w]}" for w in range(self.n_workers)
         }
+        self.gateway_urls: dict[str, str] = {
+            r: f"http://127.0.0.1:{ports['gateway'][i]}" for i, r in enumerate(self.regions)
+        }
+        """One SGLang gateway per region (``start_gateways``); not started by ``start``."""
+        self._gateway_metrics_ports = dict(zip(self.regions, ports["gateway_metrics"], strict=True))
         self._broker_ports = ports["broker"]
         self.broker: Any = None
         """``pipeline.kafka_local.LocalBroker`` when this cluster started the broker."""
@@ -105,9 +122,14 @@ class LocalCluster:
                 "edge": [b + i for i in range(n_r)],
                 "worker": [b + 10 + w for w in range(n_w)],
                 "broker": [b + 100, b + 101],
+                "gateway": [b + 110 + i for i in range(n_r)],
+                "gateway_metrics": [b + 120 + i for i in range(n_r)],
             }
-        ports = free_ports(n_r + n_w + 2)
-        return {"edge": ports[:n_r], "worker": ports[n_r : n_r + n_w], "broker": ports[-2:]}
+        ports = free_ports(3 * n_r + n_w + 2)
+        return {"edge": ports[:n_r], "worker": ports[n_r : n_r + n_w],
+                "broker": ports[n_r + n_w : n_r + n_w + 2],
+                "gateway": ports[n_r + n_w + 2 : 2 * n_r + n_w + 2],
+                "gateway_metrics": ports[2 * n_r + n_w + 2 :]}  # fmt: skip
 
     def view_dir(self, region: str) -> Path:
         return self.run_dir / "views" / region
@@ -144,7 +166,8 @@ class LocalCluster:
         return self._spawn(f"edge-{region}", argv)
 
     def _names(self, kind: str) -> list[str]:
-        ids = {"edge": self.regions, "maintenance": range(self.spec.n_maintenance)}
+        ids = {"edge": self.regions, "gateway": self.regions,
+               "maintenance": range(self.spec.n_maintenance)}  # fmt: skip
         return [f"{kind}-{i}" for i in ids.get(kind, range(self.n_workers))]
 
     def start(self) -> None:
@@ -376,6 +399,44 @@ class LocalCluster:
             watch.close()
         self.wait_quiescent(max(deadline - time.monotonic(), 10.0))
 
+    # -- SGLang's gateway, the local baseline of the demo ------------------------------------
+
+    def region_workers(self, region: str) -> list[int]:
+        """The workers of ``region``, in id order."""
+        r = self.regions.index(region)
+        return [w for w in range(self.n_workers) if int(self.dep.worker_region[w]) == r]
+
+    def start_gateways(self) -> None:
+        """Start one ``sglang-router`` per region in ``cache_aware`` mode in front of that
+        region's workers (``e2e.commands.gateway``); ``wait_gateways`` waits until they serve.
+        A fresh start every time: its radix tree and load counts are empty, as the workers'
+        caches are after ``flush_caches`` (which may run meanwhile: the gateway's start-up, a
+        few seconds of worker probes, overlaps it). Raises ``ClusterError`` when the package is
+        missing (``gateway_missing``)."""
+        missing = gateway_missing()
+        if missing:
+            raise ClusterError(missing)
+        for r in self.regions:
+            port = int(self.gateway_urls[r].rsplit(":", 1)[1])
+            urls = [self.worker_urls[w] for w in self.region_workers(r)]
+            argv = commands.gateway(urls, port, self._gateway_metrics_ports[r])
+            self._spawn(f"gateway-{r}", argv)
+            self._down.discard(f"gateway-{r}")
+
+    def wait_gateways(self, timeout_s: float = 120.0) -> None:
+        """Until every gateway lists all of its region's workers as healthy (``GET /workers``)."""
+        want = {r: len(self.region_workers(r)) for r in self.regions}
+        self._poll_until(
+            lambda: all(probes.gateway_workers(self.gateway_urls[r]) >= n for r, n in want.items()),
+            self._names("gateway"), timeout_s,
+        )  # fmt: skip
+
+    def stop_gateways(self) -> None:
+        """SIGTERM every gateway (SIGKILL after 10 s); not an error to find them stopped."""
+        names = self._names("gateway")
+        self._down.update(names)
+        self.spawner.stop(names, timeout_s=10.0)
+
     # -- faults ------------------------------------------------------------------------------
 
     def kill_maintenance(self, i: int) -> None:
@@ -460,7 +521,7 @@ class LocalCluster:
         """Stop every process (idempotent): SIGTERM tier by tier, SIGKILL what remains."""
         atexit.unregister(self.stop)
         try:
-            for kind in ("edge", "sidecar", "worker", "maintenance"):
+            for kind in ("gateway", "edge", "sidecar", "worker", "maintenance"):
                 killed = self.spawner.stop(self._names(kind), timeout_s=20.0)
                 if killed:
                     self.on_status(f"SIGKILLed after SIGTERM timeout: {killed}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,24 @@ def sidecar(spec: Spec, w: int, engine_url: str, bootstrap: str) -> list[str]:
                      model=spec.model, engine_url=engine_url, bootstrap_servers=bootstrap,
                      topic_prefix=spec.topic_prefix,
                      load_period_ms=spec.load_period_ms)  # fmt: skip
+
+
+GATEWAY_MODULE = "sglang_router.launch_router"
+"""SGLang's own gateway (PyPI ``sglang-router``, the ``conformance`` extra), as documented."""
+
+
+def gateway(worker_urls: Sequence[str], port: int, metrics_port: int) -> list[str]:
+    """One region's SGLang gateway in ``cache_aware`` mode in front of that region's workers.
+
+    Its own defaults, as its authors ship them (``--cache-threshold 0.3``,
+    ``--balance-abs-threshold 64``, ``--balance-rel-threshold 1.5``): the gateway's approximate
+    radix tree over the request text (for ``input_ids``, the ids joined by spaces) and its own
+    count of in-flight requests per worker are all it knows; no index, no queue vectors.
+    ``metrics_port``: its Prometheus exporter (default 29000: one per gateway on a host)."""
+    return [sys.executable, "-m", GATEWAY_MODULE, "--host", "127.0.0.1", "--port", str(port),
+            "--policy", "cache_aware", "--log-level", "warn",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
+            "--worker-urls", *worker_urls]  # fmt: skip
 
 
 def edge(region: str, config: Path) -> list[str]:

@@ -175,6 +175,20 @@ class ViewCheck:
             "examples": {r: [list(e) for e in ex] for r, ex in self.examples.items()},
         }
 
+    def line(self) -> str:
+        """One readable line: ``views: 3 edges × 3,721 entries, 0 mismatched``."""
+        mismatched = sum(m for _, m, _ in self.per_edge.values())
+        missing = sum(x for _, _, x in self.per_edge.values())
+        out = f"views: {len(self.per_edge)} edges × {self.entries:,} entries, "
+        out += f"{mismatched:,} mismatched"
+        if mismatched:
+            out += (
+                " (" + ", ".join(f"{r} {m:,}" for r, (_, m, _) in self.per_edge.items() if m) + ")"
+            )
+        if missing:
+            out += f", {missing:,} views missing"
+        return out
+
     def __str__(self) -> str:
         rows = ", ".join(
             f"{r}: {m} of {c} mismatched" + (f" ({x} views missing)" if x else "")
@@ -255,6 +269,18 @@ class EventCount:
             "dead_letters",
         )
         return {"ok": self.ok, "lost": self.lost, **{n: getattr(self, n) for n in names}}
+
+    def line(self) -> str:
+        """One readable line: ``events: 2,327 accepted, 0 lost, 0 dead letters``."""
+        out = f"events: {self.kv_events:,} accepted, {self.lost:,} lost, "
+        out += f"{self.dead_letters:,} dead letters"
+        if self.logged_key_ops != self.expected_key_ops:
+            out += f", key-ops {self.logged_key_ops:,} of {self.expected_key_ops:,} logged"
+        if self.invalid:
+            out += f", {self.invalid:,} invalid"
+        if self.duplicate_records:
+            out += f", {self.duplicate_records:,} re-delivered (counted once)"
+        return out
 
     def __str__(self) -> str:
         return (
@@ -349,6 +375,19 @@ def healthy(url: str) -> bool:
         return http("GET", url + "/health", timeout_s=1.0)[0] == 200
     except (OSError, ValueError):
         return False
+
+
+def gateway_workers(url: str) -> int:
+    """How many workers an SGLang gateway (``sglang-router``) lists as healthy in ``GET
+    /workers`` (0 while it is starting or unreachable)."""
+    try:
+        status, body = http("GET", url + "/workers", timeout_s=2.0)
+        if status != 200:
+            return 0
+        workers = json.loads(body).get("workers", [])
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return sum(1 for w in workers if isinstance(w, dict) and w.get("is_healthy"))
 
 
 class ClearedWatch:

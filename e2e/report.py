@@ -11,6 +11,7 @@ first token, ``failed`` the rest. Must not run anything.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,62 +23,89 @@ from rich.table import Table
 
 from e2e.loadgen import Results
 from kvcompass.metrics import serving_summary
+from sim import tables
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("ttft_p50_ms", "TTFT P50 ms", "{:.0f}"),
-    ("ttft_p99_ms", "TTFT P99 ms", "{:.0f}"),
-    ("e2e_p99_ms", "E2E P99 ms", "{:.0f}"),
-    ("throughput_tok_s", "tok/s", "{:.0f}"),
-    ("hit_rate", "hit rate", "{:.0%}"),
-    ("request_hit_rate", "req hit", "{:.0%}"),
-    ("cross_region_share", "x-region", "{:.1%}"),
-    ("cross_region_reuse_requests", "x-reuse", "{:.0f}"),
-    ("failed", "failed", "{:.0f}"),
+    ("ttft_p50_ms", "TTFT P50 ms", "ms"),
+    ("ttft_p99_ms", "TTFT P99 ms", "ms"),
+    ("e2e_p99_ms", "E2E P99 ms", "ms"),
+    ("throughput_tok_s", "throughput tok/s", "count"),
+    ("hit_rate", "hit rate", "share"),
+    ("cross_region_share", "cross-region", "share"),
+    ("failed", "failed", "count"),
 )
-"""Table columns: (``kvcompass.metrics`` key, header, format)."""
+"""Value columns: (``kvcompass.metrics`` key, header, ``sim.tables.fmt`` kind). Keys and
+headers are the simulator's (``sim.tables.COLUMNS``) where both have them; the ratio columns
+after them are ``sim.tables``' too."""
 
 
-def summarise(res: Results, worker_region: NDArray[np.int64]) -> dict[str, float]:
-    """The comparison figures of one run (``kvcompass.metrics.serving_summary``)."""
-    ok = res.ok
-    served = res.worker
+def summarise(
+    res: Results, worker_region: NDArray[np.int64], since_ms: float = 0.0
+) -> dict[str, float]:
+    """The comparison figures of one run (``kvcompass.metrics.serving_summary``) over the requests
+    that arrived at or after ``since_ms`` (model ms after the first arrival: the warm-up before it
+    is served but not summarised).
+
+    A response without ``X-KVC-Worker`` (SGLang's gateway does not name the worker; it only
+    knows its own region's) counts as served in its origin region."""
+    keep = res.arrival_ms >= since_ms
+    ok = res.ok[keep]
+    served = res.worker[keep]
+    origin = res.origin[keep]
     remote = np.zeros(len(served), dtype=np.bool_)
     known = ok & (served >= 0)
-    remote[known] = worker_region[served[known]] != res.origin[known]
+    remote[known] = worker_region[served[known]] != origin[known]
     return serving_summary(
         ok,
-        res.arrival_ms,
-        res.ttft_ms,
-        res.e2e_ms,
-        res.prompt_tokens,
+        res.arrival_ms[keep],
+        res.ttft_ms[keep],
+        res.e2e_ms[keep],
+        res.prompt_tokens[keep],
         # -1: the response carried no meta_info; count it as no reuse rather than negative reuse
-        np.maximum(res.cached_tokens, 0),
-        res.output_tokens,
+        np.maximum(res.cached_tokens[keep], 0),
+        res.output_tokens[keep],
         remote,
     )
 
 
-def table(rows: Sequence[dict[str, Any]], title: str) -> Table:
-    """One row per (workload, rate, scheme) record (``summarise`` output plus those keys)."""
-    t = Table(title=title, title_justify="left")
-    for name in ("workload", "rate", "scheme"):
-        t.add_column(name, justify="right" if name == "rate" else "left")
-    for _, head, _ in COLUMNS:
-        t.add_column(head, justify="right")
-    best: dict[tuple[str, float], float] = {}
-    for r in rows:
-        k = (str(r["workload"]), float(r["rate"]))
-        best[k] = min(best.get(k, float("inf")), float(r.get("ttft_p99_ms", float("inf"))))
-    for r in rows:
-        cells = [str(r["workload"]), f"{r['rate']:g}", str(r["scheme"])]
-        for key, _, fmt in COLUMNS:
-            v = r.get(key, float("nan"))
-            s = "—" if v is None or (isinstance(v, float) and np.isnan(v)) else fmt.format(v)
-            if key == "ttft_p99_ms" and v == best[(str(r["workload"]), float(r["rate"]))]:
-                s = f"[bold green]{s}[/]"
-            cells.append(s)
-        t.add_row(*cells)
-    return t
+def run_line(row: dict[str, Any]) -> str:
+    """One finished run, for the log: ``TTFT P50 412 ms, P99 2,133 ms, 512/512 completed``."""
+    p50, p99 = float(row.get("ttft_p50_ms", math.nan)), float(row.get("ttft_p99_ms", math.nan))
+    return (
+        f"TTFT P50 {tables.fmt(p50, 'ms')} ms, P99 {tables.fmt(p99, 'ms')} ms, "
+        f"hit rate {tables.fmt(float(row.get('hit_rate', math.nan)), 'share')}, "
+        f"{int(row['completed'])}/{int(row['requests'])} completed"
+    )
+
+
+def comparison_tables(rows: Sequence[dict[str, Any]]) -> list[tuple[str, Table, list[str]]]:
+    """One table per (workload, origin mix): a section per rate, every scheme's figures and its
+    ratios to KVCompass (``sim.tables.comparison``, the simulator's layout), and per rate the
+    simulator's verdict line. Returns (title, table, verdict lines)."""
+    out: list[tuple[str, Table, list[str]]] = []
+    for wl, origins in dict.fromkeys((str(r["workload"]), str(r["origins"])) for r in rows):
+        sub = [r for r in rows if r["workload"] == wl and r["origins"] == origins]
+        title = f"{wl}, origins {origins}"
+        t = Table(title=title, title_justify="left")
+        t.add_column("rate req/s", justify="right", no_wrap=True)
+        verdicts: list[str] = []
+        first = True
+        for rate in sorted({float(r["rate"]) for r in sub}):
+            summaries = {str(r["scheme"]): r for r in sub if float(r["rate"]) == rate}
+            comp = tables.comparison(summaries, columns=COLUMNS)
+            if first:
+                for i, h in enumerate(comp.headers):
+                    t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+                first = False
+            else:
+                t.add_section()
+            for k, cells in enumerate(comp.rows):
+                t.add_row(f"{rate:g}" if k == 0 else "", *cells)
+            line = tables.verdict(summaries)
+            if line:
+                verdicts.append(f"{rate:g} req/s: {line}")
+        out.append((title, t, verdicts))
+    return out
 
 
 def write_json(path: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> None:
@@ -85,15 +113,16 @@ def write_json(path: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]])
 
 
 def plot(rows: Sequence[dict[str, Any]], out_dir: Path, *, note: str = "") -> list[Path]:
-    """P99 TTFT vs rate and throughput per scheme, one figure per workload; returns the files."""
+    """P99 TTFT vs rate, throughput and hit rate per scheme, one figure per (workload, origin
+    mix): ``e2e-<workload>-<origins>.png``; returns the files."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths: list[Path] = []
-    for wl in sorted({str(r["workload"]) for r in rows}):
-        sub = [r for r in rows if r["workload"] == wl]
+    for wl, origins in dict.fromkeys((str(r["workload"]), str(r["origins"])) for r in rows):
+        sub = [r for r in rows if r["workload"] == wl and r["origins"] == origins]
         schemes = list(dict.fromkeys(str(r["scheme"]) for r in sub))
         rates = sorted({float(r["rate"]) for r in sub})
         fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -106,24 +135,43 @@ def plot(rows: Sequence[dict[str, Any]], out_dir: Path, *, note: str = "") -> li
             a2.bar(idx + k * width, [p[1].get("throughput_tok_s", 0.0) for p in pts], width,
                    label=s)  # fmt: skip
             a3.bar(idx + k * width, [p[1].get("hit_rate", 0.0) for p in pts], width, label=s)
+        what = f"{wl}, origins {origins}"
         a1.set(xlabel="arrival rate (req/s, model time)", ylabel="P99 TTFT (ms)", yscale="log",
-               title=f"{wl}: P99 TTFT")  # fmt: skip
-        for ax, what in (
+               title=f"{what}: P99 TTFT")  # fmt: skip
+        a1.set_xticks(rates, [f"{r:g}" for r in rates])
+        for ax, label in (
             (a2, "throughput (prompt + output tok/s)"),
             (a3, "hit rate (reused / prompt tok)"),
         ):
             ax.set_xticks(np.arange(len(rates)) + 0.4 - width / 2, [f"{r:g}" for r in rates])
-            ax.set(xlabel="arrival rate (req/s)", ylabel=what, title=f"{wl}: {what}")
+            ax.set(xlabel="arrival rate (req/s)", ylabel=label, title=f"{what}: {label}")
         a1.legend(fontsize=8)
         if note:
             fig.text(0.01, 0.01, note, fontsize=7, color="gray")
         fig.tight_layout(rect=(0, 0.04, 1, 1))
-        path = out_dir / f"e2e-{wl}.png"
+        path = out_dir / f"e2e-{wl}-{origins}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
     return paths
 
 
-def print_table(console: Console, rows: Sequence[dict[str, Any]], title: str) -> None:
-    console.print(table(rows, title))
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` at its natural width, never wrapped or cut: a console on a pipe or a file
+    is 80 columns wide by default, which squeezed cells into ``│ mai… │``."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    width = console.width
+    console.width = max(natural, width)
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+
+
+def console() -> Console:
+    """The console of ``demo`` and ``demo-faults``: the terminal's width on a terminal; on a pipe
+    or a file wide enough for every line (tables print at their own width, ``print_table``)."""
+    c = Console()
+    return c if c.is_terminal else Console(width=160)

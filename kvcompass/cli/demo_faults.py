@@ -64,18 +64,18 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     try:
+        from e2e import report
         from e2e.cluster import ClusterSpec, LocalCluster
         from e2e.faults import BackgroundLoad, ScenarioResult, run_scenarios
     except ImportError as exc:
         print(f"error: the e2e package is not importable ({exc}); run from the repository root")
         return 2
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
-    console = Console()
+    console = report.console()  # a pipe or a file gets whole lines, not 80 columns
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="kvcompass-faults-"))
     prefix = args.topic_prefix if args.topic_prefix is not None else f"demo-{int(time.time())}."
     spec = ClusterSpec(
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             console.print("interrupted: every process was stopped")
             return 130
-    console.print(_table(results, Table))
+    report.print_table(console, _table(results, Table))
     failed = [r.name for r in results if not r.ok]
     console.print(f"run directory (logs, views, broker): {run_dir}")
     if failed:
@@ -158,7 +158,8 @@ def _table(results: list[Any], table_cls: Any) -> Any:
         "events lost",
         "result",
     ):
-        t.add_column(col, justify="left" if col in ("scenario", "fault", "result") else "right")
+        t.add_column(col, justify="left" if col in ("scenario", "fault", "result") else "right",
+                     no_wrap=True)  # fmt: skip
     for r in results:
         views = (
             "—"

@@ -10,13 +10,13 @@ import logging
 import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from e2e import commands
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker
 
@@ -55,9 +55,9 @@ async def _scenario(log_path: Path) -> list[int]:
     for w in workers:
         await w.start()
     port = _free_port()
-    cmd = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-           "--port", str(port), "--policy", "cache_aware", "--log-level", "info",
-           "--worker-urls", *(w.url for w in workers)]  # fmt: skip
+    # the demo's command line (e2e.commands.gateway), at info level to see the registrations
+    cmd = commands.gateway([w.url for w in workers], port, _free_port())
+    cmd[cmd.index("--log-level") + 1] = "info"
     with log_path.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -1,0 +1,94 @@
+"""``make demo``'s comparison, short: the same plan, code path and report on a 4-worker deployment.
+
+Every default scheme — KVCompass, SGLang's own gateway (``sglang-router`` from PyPI, one per
+region in ``cache_aware`` mode), least-loaded and consistent hashing — serves the same warm-up
+and measured requests from cold caches; the warm-up is left out of the figures; the gateway keeps
+every request in its region; the closing checks hold and read as one line each; the tables print
+whole into a pipe-wide console; one figure per origin mix is written.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from e2e import report
+from e2e.cluster import ClusterSpec, LocalCluster, gateway_missing
+from e2e.demo import DEFAULT_SCHEMES, SGLANG_GATEWAY, DemoPlan, run_demo, runs
+from tests.ci import missing
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
+
+SMALL = """
+name = "e2e-demo-smoke-4x3"
+block_size_tokens = 16
+n_levels = 6
+same_region_min_tokens = 128
+in_region_one_way_ms = 0.5
+wan_one_way_ms = [[0.0, 160.0, 126.0], [160.0, 0.0, 149.0], [126.0, 149.0, 0.0]]
+[[regions]]
+name = "us"
+n_workers = 2
+prefill_ms_per_token = 0.085
+[[regions]]
+name = "eu"
+n_workers = 1
+prefill_ms_per_token = 0.085
+[[regions]]
+name = "asia"
+n_workers = 1
+prefill_ms_per_token = 0.085
+"""
+
+
+def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_hold(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    if gateway_missing():
+        missing(gateway_missing())
+    dep = tmp_path / "small.toml"
+    dep.write_text(SMALL, encoding="utf-8")
+    scale = 0.25
+    plan = DemoPlan(
+        deployment=str(dep), mixed_rates=(6.0,), origin_mixes=("uniform",), warmup_s=2.0,
+        measure_s=4.0, time_scale=scale, out_dir=tmp_path / "out",
+    )  # fmt: skip
+    spec = ClusterSpec(deployment=str(dep), time_scale=scale, n_maintenance=1,
+                       stream_interval=16, bootstrap_servers=kafka_bootstrap,
+                       topic_prefix=topic_prefix)  # fmt: skip
+    out = io.StringIO()
+    console = Console(file=out, width=80)  # a pipe's width
+    skipped: dict[str, str] = {}
+    rows, checks = run_demo(
+        plan, lambda: LocalCluster(spec, tmp_path / "run"), console, skipped=skipped
+    )
+    assert skipped == {}
+    [run] = runs(plan)
+    warm = int((run.requests.arrival_ms - run.requests.arrival_ms[0] < 2000.0).sum())
+    assert 0 < warm < len(run.requests)
+    assert [r["scheme"] for r in rows] == list(DEFAULT_SCHEMES)
+    for r in rows:
+        assert r["warmup_requests"] == warm, r
+        assert r["requests"] == len(run.requests) - warm, r  # the warm-up is not summarised
+        assert r["completed"] == r["requests"] and r["failed"] == 0, r.get("errors")
+        assert r["ttft_p50_ms"] <= r["ttft_p99_ms"] <= r["e2e_p99_ms"], r
+        assert 0.0 <= r["hit_rate"] < 1.0, r
+    gateway = next(r for r in rows if r["scheme"] == SGLANG_GATEWAY)
+    assert gateway["cross_region_share"] == 0.0  # it fronts its own region's workers only
+    edge_rows = [r for r in rows if r["scheme"] != SGLANG_GATEWAY]
+    assert all(sum(r["served_per_worker"]) == r["completed"] for r in edge_rows)
+    assert checks["views"]["ok"] and checks["events"]["ok"], checks
+    views, events = checks["lines"]
+    assert views.startswith("views: 3 edges × ") and views.endswith(" 0 mismatched"), views
+    assert events.startswith("events: ") and ", 0 lost, 0 dead letters" in events, events
+
+    [(title, table, verdicts)] = report.comparison_tables(rows)
+    assert title == "mixed, origins uniform" and len(verdicts) == 1
+    report.print_table(console, table)
+    text = out.getvalue()
+    assert "…" not in text and all(s in text for s in DEFAULT_SCHEMES)
+    [png] = report.plot(rows, plan.out_dir)
+    assert png.name == "e2e-mixed-uniform.png" and png.stat().st_size > 10_000
