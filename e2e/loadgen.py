@@ -80,7 +80,10 @@ class LoadGenerator:
         max_output_tokens: int = 128,
         timeout_s: float = 120.0,
         run_id: str = "run",
+        bodies: Sequence[bytes] | None = None,
     ) -> None:
+        """``bodies``: the request bodies already encoded (``payloads()`` of an equal generator):
+        the demo encodes a run's requests once for every scheme."""
         if time_scale <= 0:
             raise ValueError(f"time_scale: expected > 0, got {time_scale}")
         if len(edge_urls) < workload.n_regions_used:
@@ -94,6 +97,9 @@ class LoadGenerator:
         self.max_out = int(max_output_tokens)
         self.timeout_s = float(timeout_s)
         self.run_id = run_id
+        if bodies is not None and len(bodies) != len(workload):
+            raise ValueError(f"bodies: expected {len(workload)}, got {len(bodies)}")
+        self.bodies = bodies
 
     def payloads(self) -> list[bytes]:
         wl = self.workload
@@ -108,7 +114,7 @@ class LoadGenerator:
         """Send every request at its arrival instant; return when all have finished."""
         wl = self.workload
         n = len(wl)
-        bodies = self.payloads()
+        bodies = self.payloads() if self.bodies is None else self.bodies
         ttft = np.full(n, -1.0)
         e2e = np.full(n, -1.0)
         worker = np.full(n, -1, np.int64)
