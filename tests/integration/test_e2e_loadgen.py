@@ -55,7 +55,7 @@ def test_loadgen_through_edges__measures_and_summarises(tmp_path: Path) -> None:
     assert hit["request_hit_rate"] == 1.0 and hit["hit_rate"] > 0.9
     assert hit["cross_region_share"] == float(wr[rep.worker[0]] != rep.origin[0])
     assert s["ttft_p50_ms"] <= s["ttft_p99_ms"] <= s["e2e_p99_ms"]
-    rows = [{"workload": "mixed", "rate": 200.0, "scheme": "kvcompass", **s}]
+    rows = [{"workload": "mixed", "origins": "workers", "rate": 200.0, "scheme": "kvcompass", **s}]
     report.write_json(tmp_path / "r.json", {"seed": 3}, rows)
     assert json.loads((tmp_path / "r.json").read_text())["runs"][0]["completed"] == len(wl)
     (png,) = report.plot(rows, tmp_path)
