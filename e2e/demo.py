@@ -78,7 +78,7 @@ class DemoPlan:
     """Mooncake trace rates; none by default (its runs would not fit the 10 minutes)."""
     trace: Path | None = DEFAULT_TRACE
     trace_block_size: int = 512
-    warmup_s: float = 4.0
+    warmup_s: float = 3.0
     """Model seconds of arrivals before the measurement, served but not summarised."""
     measure_s: float = 10.0
     """Model seconds of measured arrivals per run (requests = rate × (warm-up + this))."""
