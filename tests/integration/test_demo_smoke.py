@@ -19,29 +19,9 @@ from e2e import report
 from e2e.cluster import ClusterSpec, LocalCluster, gateway_missing
 from e2e.demo import DEFAULT_SCHEMES, SGLANG_GATEWAY, DemoPlan, run_demo, runs
 from tests.ci import missing
+from tests.integration.small_deployment import small_deployment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
-
-SMALL = """
-name = "e2e-demo-smoke-4x3"
-block_size_tokens = 16
-n_levels = 6
-same_region_min_tokens = 128
-in_region_one_way_ms = 0.5
-wan_one_way_ms = [[0.0, 160.0, 126.0], [160.0, 0.0, 149.0], [126.0, 149.0, 0.0]]
-[[regions]]
-name = "us"
-n_workers = 2
-prefill_ms_per_token = 0.085
-[[regions]]
-name = "eu"
-n_workers = 1
-prefill_ms_per_token = 0.085
-[[regions]]
-name = "asia"
-n_workers = 1
-prefill_ms_per_token = 0.085
-"""
 
 
 def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_hold(
@@ -49,14 +29,13 @@ def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_ho
 ) -> None:
     if gateway_missing():
         missing(gateway_missing())
-    dep = tmp_path / "small.toml"
-    dep.write_text(SMALL, encoding="utf-8")
+    dep = small_deployment(tmp_path, 2)
     scale = 0.25
     plan = DemoPlan(
-        deployment=str(dep), mixed_rates=(6.0,), origin_mixes=("uniform",), warmup_s=2.0,
+        deployment=dep, mixed_rates=(6.0,), origin_mixes=("uniform",), warmup_s=2.0,
         measure_s=4.0, time_scale=scale, out_dir=tmp_path / "out",
     )  # fmt: skip
-    spec = ClusterSpec(deployment=str(dep), time_scale=scale, n_maintenance=1,
+    spec = ClusterSpec(deployment=dep, time_scale=scale, n_maintenance=1,
                        stream_interval=16, bootstrap_servers=kafka_bootstrap,
                        topic_prefix=topic_prefix)  # fmt: skip
     out = io.StringIO()

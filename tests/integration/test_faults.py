@@ -19,35 +19,9 @@ import pytest
 
 from e2e.cluster import ClusterError, ClusterSpec, LocalCluster
 from e2e.faults import BackgroundLoad, ScenarioResult, run_scenarios
+from tests.integration.small_deployment import small_deployment as _deployment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
-
-SMALL = """
-name = "e2e-small-4x3"
-block_size_tokens = 16
-n_levels = 6
-same_region_min_tokens = 128
-in_region_one_way_ms = 0.5
-wan_one_way_ms = [[0.0, 160.0, 126.0], [160.0, 0.0, 149.0], [126.0, 149.0, 0.0]]
-[[regions]]
-name = "us"
-n_workers = {us}
-prefill_ms_per_token = 0.085
-[[regions]]
-name = "eu"
-n_workers = 1
-prefill_ms_per_token = 0.085
-[[regions]]
-name = "asia"
-n_workers = 1
-prefill_ms_per_token = 0.085
-"""
-
-
-def _deployment(tmp_path: Path, us: int) -> str:
-    path = tmp_path / "small.toml"
-    path.write_text(SMALL.replace("{us}", str(us)), encoding="utf-8")
-    return str(path)
 
 
 def _gone(pids: list[int]) -> bool:
