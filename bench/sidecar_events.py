@@ -9,9 +9,11 @@ Usage::
 
 Each event stores one fresh prompt of ``--blocks`` pages of 16 tokens (240 pages ≈ the Mixed
 workload's mean prompt of 3.8K tokens) under the paper testbed's registration lengths; events
-are decoded and applied in turn, median of ``--repeat`` rounds of ``--events`` events (a shared
-machine). Before issue 19 (same machine, same settings): decode 2.32 ms, apply 11.3 ms per
-event — the demo's largest CPU user, 14 sidecars at once.
+are decoded and applied in turn, median of ``--repeat`` rounds of ``--events`` events, in CPU time
+of this process (``time.process_time``: a shared machine's other jobs do not count; wall time
+moved 10x with the load here). Measured 2026-12-02, two runs each: before issue 19 (0424e81)
+decode 0.56–0.71 ms and apply 1.45–2.06 ms per event; after, 0.37–0.40 ms and 1.02–1.14 ms
+(1.4–1.8x).
 """
 
 from __future__ import annotations
@@ -60,12 +62,12 @@ def main() -> int:
             hashes = tuple(range(base, base + args.blocks))
             base += args.blocks
             payloads.append(encode_payload([Stored(hashes, None, toks, bs, "GPU")], None))
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         batches: list[Batch] = [decode_payload(i, p) for i, p in enumerate(payloads)]
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         for b in batches:
             table.apply(b.events)
-        t2 = time.perf_counter()
+        t2 = time.process_time()
         decode_ms.append((t1 - t0) * 1e3 / args.events)
         apply_ms.append((t2 - t1) * 1e3 / args.events)
         table.clear()
