@@ -70,13 +70,33 @@ def behind(have: Mapping[int, int], marks: Mapping[int, tuple[int, int]]) -> dic
     return out
 
 
+def fetching_to_end(view: PartitionView | None, high: int) -> bool:
+    """Whether librdkafka says it fetches the partition from a leader and has seen ``high``: the
+    records between the position and the end are then gone (compaction removed the tail), not
+    unread."""
+    return (
+        view is not None and view.leader >= 0 and view.fetch_state == "active"
+        and view.hi_offset >= high
+    )  # fmt: skip
+
+
 def stalled(
-    before: Mapping[int, int], now: Mapping[int, int], marks: Mapping[int, tuple[int, int]]
+    before: Mapping[int, int],
+    now: Mapping[int, int],
+    marks: Mapping[int, tuple[int, int]],
+    views: Mapping[int, PartitionView] | None = None,
 ) -> list[int]:
     """Partitions that have records to read and did not advance between two checks.
 
     ``before`` and ``now``: partition -> next offset to read at the previous and at this check
     (missing: nothing read). A partition seen for the first time (absent from ``before``) is never
-    stalled: one check is no evidence; it takes a whole period without progress."""
+    stalled: one check is no evidence; it takes a whole period without progress. ``views``:
+    librdkafka's state (``partition_views``); a partition it fetches up to the end is not
+    stalled (``fetching_to_end``)."""
     lagging = behind(now, marks)
-    return sorted(p for p in lagging if p in before and now.get(p, -1) <= before[p])
+    v = views or {}
+    return sorted(
+        p for p in lagging
+        if p in before and now.get(p, -1) <= before[p]
+        and not fetching_to_end(v.get(p), marks[p][1])
+    )  # fmt: skip

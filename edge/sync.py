@@ -109,9 +109,7 @@ class PatchFollower:
 
     def on_stats(self, stats_json: str) -> None:
         """librdkafka's statistics callback (served inside ``consume``)."""
-        views = partition_views(stats_json, self.topic)
-        if views:
-            self.rdkafka = views
+        self.rdkafka = partition_views(stats_json, self.topic)
 
     def _applied(self, shard: int) -> None:
         svc = self.edge.service
@@ -221,7 +219,7 @@ class PatchFollower:
             self._progress = {}
             return self.stalled
         now = self.progress()
-        stuck = stalled(self._progress, now, marks)
+        stuck = stalled(self._progress, now, marks, self.rdkafka)
         self._progress = now
         if not stuck:
             if self.stalled:
@@ -241,6 +239,8 @@ class PatchFollower:
                     state)  # fmt: skip
         self.edge.service.metrics.inc("patch_stalls_total")
         self.stalled = stuck
+        with contextlib.suppress(KafkaException):  # fresh metadata first: the leaders as of now
+            await asyncio.to_thread(self.consumer.list_topics, self.topic, 2.0)
         start = {p: o if o >= 0 else self.resumed.get(p, OFFSET_BEGINNING) for p, o in now.items()}
         self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(start.items())])
         return stuck

@@ -29,6 +29,13 @@ def test_stalled__nothing_read_yet_and_still_nothing__is_a_stall() -> None:
     assert stalled({0: -1}, {0: -1}, {0: (0, 10)}) == [0]
 
 
+def test_stalled__not_when_librdkafka_fetches_up_to_the_end() -> None:
+    # the tail past the position was removed by compaction: nothing is unread
+    marks = {0: (0, 10), 1: (0, 10)}
+    views = {0: PartitionView(1, "active", 7, 10), 1: PartitionView(-1, "active", 7, -1)}
+    assert stalled({0: 7, 1: 7}, {0: 7, 1: 7}, marks, views) == [1]
+
+
 def test_partition_views__reads_librdkafka_statistics_of_the_topic() -> None:
     doc = {
         "topics": {
