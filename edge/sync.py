@@ -195,26 +195,33 @@ class PatchFollower:
             out[tp.partition] = max(out[tp.partition], int(tp.offset))
         return out
 
-    def _marks(self, timeout_s: float) -> dict[int, tuple[int, int]] | None:
-        """(low, high) of every partition, asked of the broker now; None if it does not answer
-        (a broker that is down is not a stall of this follower)."""
-        out = {}
-        for s in range(self.edge.view.n_shards):
-            try:
-                low, high = self.consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, s), timeout=timeout_s, cached=False
-                )
-            except KafkaException:
-                return None
-            out[s] = (int(low), int(high))
-        return out
+    def _marks(self, timeout_s: float) -> tuple[dict[int, tuple[int, int]] | None, bool]:
+        """(low, high) of every partition, asked of the broker now, and whether this follower's
+        own consumer could ask. It asks the partition leaders, so a consumer that lost them
+        cannot; then a fresh client asks (in the one real stall reproduced with only the own
+        consumer asking, 151 s without reading, no stall was reported: what a failing own query
+        gives). (None, False) if neither gets an answer (a broker that is down is not a stall of
+        this follower)."""
+        try:
+            return _watermarks_of(
+                self.consumer, self.topic, self.edge.view.n_shards, timeout_s
+            ), True
+        except KafkaException:
+            pass
+        fresh = Consumer(consumer_conf(self.edge.pipeline.bootstrap_servers, "watch"))
+        try:
+            return _watermarks_of(fresh, self.topic, self.edge.view.n_shards, timeout_s), False
+        except KafkaException:
+            return None, False
+        finally:
+            fresh.close()
 
     async def check_stall(self) -> list[int]:
         """Compare progress with the broker's end offsets (``edge.follower_watch.stalled``); on a
         stall, say everything known about it and assign the partitions again where the follower
         stands (a fresh start of librdkafka's partition state: leader lookup, fetch). Returns the
         stalled partitions."""
-        marks = await asyncio.to_thread(self._marks, 2.0)
+        marks, own = await asyncio.to_thread(self._marks, 2.0)
         if marks is None:  # judge only whole periods with the broker answering
             self._progress = {}
             return self.stalled
@@ -234,9 +241,10 @@ class PatchFollower:
         }  # fmt: skip
         assignment = sorted(tp.partition for tp in self.consumer.assignment())
         log.warning("index-patches follower stalled on partitions %s (no progress in %.0f s with "
-                    "records to read); assigned %s; per partition %s; assigning again",
-                    stuck, self.edge.config.patch_stall_check_ms / 1000.0, assignment,
-                    state)  # fmt: skip
+                    "records to read); assigned %s; its consumer %s ask the watermarks; per "
+                    "partition %s; assigning again", stuck,
+                    self.edge.config.patch_stall_check_ms / 1000.0, assignment,
+                    "could" if own else "could NOT", state)  # fmt: skip
         self.edge.service.metrics.inc("patch_stalls_total")
         self.stalled = stuck
         with contextlib.suppress(KafkaException):  # fresh metadata first: the leaders as of now
@@ -263,6 +271,18 @@ class PatchFollower:
     def close(self) -> None:
         self.save()
         self.consumer.close()
+
+
+def _watermarks_of(
+    consumer: Any, topic: str, n: int, timeout_s: float
+) -> dict[int, tuple[int, int]]:
+    out = {}
+    for s in range(n):
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, s), timeout=timeout_s, cached=False
+        )
+        out[s] = (int(low), int(high))
+    return out
 
 
 class QueueVectorFollower:
