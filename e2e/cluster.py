@@ -312,15 +312,16 @@ class LocalCluster:
         if behind:
             return f"maintenance group {self.app_id} lags {behind}"
         highs = probes.watermarks(self.bootstrap, self.topics.index_patches)
-        for r in self.regions:
+        rows, late = [], []
+        for r in self.regions:  # every edge and shard: a stall names all it concerns
             have = probes.view_offsets(self.view_dir(r))
-            late = {
-                p: (have.get(p, -1), high)
-                for p, (_, high) in highs.items()
-                if high > 0 and have.get(p, -1) < high
-            }
-            if late:
-                return f"edge {r} has applied index-patches up to (have, end) {late}"
+            pairs = {p: (have.get(p, -1), h) for p, (_, h) in highs.items()}
+            rows.append(f"{r} {pairs}")
+            if any(h > 0 and have.get(p, -1) < h for p, (_, h) in highs.items()):
+                late.append(r)
+        if late:
+            return (f"edges {late} have not applied every index-patches record; (applied, end) "
+                    f"per shard: {'; '.join(rows)}")  # fmt: skip
         return ""
 
     def check_views(self) -> ViewCheck:

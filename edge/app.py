@@ -224,10 +224,13 @@ async def _close_forwarder(app: web.Application) -> None:
 async def health(request: web.Request) -> web.Response:
     e = request.app[EDGE]
     unknown = e.cache_states.unknown()
+    stalled = list(getattr(e.patch_follower, "stalled", []))
     return web.json_response({
-        # still 200: the edge serves; "degraded" says some workers' caches are not in the index
-        "status": "degraded" if unknown else "ok",
+        # still 200: the edge serves; "degraded" says some workers' caches are not in the index,
+        # or the view follower found partitions it does not read (edge.follower_watch)
+        "status": "degraded" if unknown or stalled else "ok",
         "cache_unknown_workers": unknown,
+        "patches_stalled_partitions": stalled,
         "region": e.config.region,
         "model": e.tenancy.default_model,
         "workers_reachable": len(e.forwarder.routes),

@@ -108,6 +108,12 @@ class EdgeConfig:
     drain_timeout_ms: float = 10_000.0
     """On SIGTERM, wait at most this long for in-flight requests."""
     offsets_flush_period_ms: float = 1000.0
+    patch_stall_check_ms: float = 10_000.0
+    """Every this long the patch follower compares what it has read with the broker's end offsets:
+    a partition with records to read that did not advance over a whole period is a stall (logged
+    with the follower's and librdkafka's state, counted in ``patch_stalls_total``, listed in
+    ``/health``) and the partitions are assigned again where the follower stands
+    (``edge.follower_watch``)."""
     seed: int = 0
     """Seed of the decision sampler."""
     policy: str = "kvcompass"
@@ -138,7 +144,7 @@ class EdgeConfig:
                 raise ConfigError(f"edge.{name}: expected an int >= 1, got {value!r}")
         for name in ("connect_timeout_ms", "first_byte_timeout_ms", "drain_timeout_ms",
                      "offsets_flush_period_ms", "keepalive_timeout_ms",
-                     "body_timeout_ms"):  # fmt: skip
+                     "body_timeout_ms", "patch_stall_check_ms"):  # fmt: skip
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"edge.{name}: expected a finite number > 0, got {value!r}")

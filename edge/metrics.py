@@ -47,6 +47,8 @@ HELP: dict[str, str] = {
     "errors_total": "errors by type",
     "piggybacks_total": "queue vectors piggybacked on responses, by result",
     "patches_applied_total": "index patches applied to the views",
+    "patch_stalls_total": "checks that found the index-patches follower not reading records the "
+    "broker has (each one logged and the partitions assigned again)",
     "queue_vectors_total": "queue-vector records applied",
     "view_files_installed_total": "view files installed from the shared directory",
     "belief": "cache belief b_r per worker",

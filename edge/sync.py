@@ -7,7 +7,12 @@ Owns two followers:
   from the beginning (bootstrap). ``consume`` runs in a worker thread (it blocks); records are
   applied on the event loop, between requests, so a lookup never sees a half-applied batch.
   ``save`` writes progress (last seq, next offset) into the view files and deletes superseded
-  epochs; the main loop calls it every ``offsets_flush_period_ms`` and at shutdown.
+  epochs; the main loop calls it every ``offsets_flush_period_ms`` and at shutdown. Every
+  ``patch_stall_check_ms`` it also checks that it still reads what the broker has
+  (``edge.follower_watch``): a stall is logged with the follower's state and librdkafka's own
+  (leader, fetch state per partition, from its statistics), counted, shown in ``/health``, and
+  the partitions are assigned again where the follower stands (a librdkafka consumer once sat on
+  ``leader=-1`` for minutes after a broker restart, fetching nothing and reporting nothing).
 - ``QueueVectorFollower``: every region's periodic broadcast (``QueueVector``, newest only by
   ``seq`` per region) → ``Router.on_broadcast``; the edge's own region is skipped (read live).
   The sidecars' cache-state reports in them (degraded workers) go to ``EdgeApp.cache_states``
@@ -38,6 +43,7 @@ from confluent_kafka import (
 )
 
 from edge.app import EdgeApp
+from edge.follower_watch import PartitionView, behind, partition_views, stalled
 from pipeline.dead_letter import DeadLetters, reason_code_of
 from pipeline.producer import ProducerPort
 from pipeline.view_sync import PatchApplier
@@ -95,6 +101,15 @@ class PatchFollower:
         self.applier = PatchApplier(edge.view, edge.store, edge.service.codec, schema_id)
         self.applier.on_apply = self._applied
         self.resumed: dict[int, int] = {}
+        self.stalled: list[int] = []
+        """Partitions found stalled at the last check (empty: none; ``/health`` shows them)."""
+        self.rdkafka: dict[int, PartitionView] = {}
+        """librdkafka's state of each partition, from its latest statistics (``on_stats``)."""
+        self._progress: dict[int, int] = {}
+
+    def on_stats(self, stats_json: str) -> None:
+        """librdkafka's statistics callback (served inside ``consume``)."""
+        self.rdkafka = partition_views(stats_json, self.topic)
 
     def _applied(self, shard: int) -> None:
         svc = self.edge.service
@@ -170,20 +185,104 @@ class PatchFollower:
                     raise
                 await asyncio.sleep(0.2)
 
+    def progress(self) -> dict[int, int]:
+        """Partition -> next offset to read (-1: nothing read yet): what was fed to the applier,
+        or the consumer's position when it is past that (records removed by compaction)."""
+        n = self.edge.view.n_shards
+        positions = self.consumer.position([TopicPartition(self.topic, s) for s in range(n)])
+        out = {s: self.applier.next_offset.get(s, -1) for s in range(n)}
+        for tp in positions:
+            out[tp.partition] = max(out[tp.partition], int(tp.offset))
+        return out
+
+    def _marks(self, timeout_s: float) -> tuple[dict[int, tuple[int, int]] | None, bool]:
+        """(low, high) of every partition, asked of the broker now, and whether this follower's
+        own consumer could ask. It asks the partition leaders, so a consumer that lost them
+        cannot; then a fresh client asks (in the one real stall reproduced with only the own
+        consumer asking, 151 s without reading, no stall was reported: what a failing own query
+        gives). (None, False) if neither gets an answer (a broker that is down is not a stall of
+        this follower)."""
+        try:
+            return _watermarks_of(
+                self.consumer, self.topic, self.edge.view.n_shards, timeout_s
+            ), True
+        except KafkaException:
+            pass
+        fresh = Consumer(consumer_conf(self.edge.pipeline.bootstrap_servers, "watch"))
+        try:
+            return _watermarks_of(fresh, self.topic, self.edge.view.n_shards, timeout_s), False
+        except KafkaException:
+            return None, False
+        finally:
+            fresh.close()
+
+    async def check_stall(self) -> list[int]:
+        """Compare progress with the broker's end offsets (``edge.follower_watch.stalled``); on a
+        stall, say everything known about it and assign the partitions again where the follower
+        stands (a fresh start of librdkafka's partition state: leader lookup, fetch). Returns the
+        stalled partitions."""
+        marks, own = await asyncio.to_thread(self._marks, 2.0)
+        if marks is None:  # judge only whole periods with the broker answering
+            self._progress = {}
+            return self.stalled
+        now = self.progress()
+        stuck = stalled(self._progress, now, marks, self.rdkafka)
+        self._progress = now
+        if not stuck:
+            if self.stalled:
+                log.info("index-patches follower: reading again (was stalled on %s); behind %s",
+                         self.stalled, behind(now, marks))  # fmt: skip
+            self.stalled = []
+            return []
+        state = {
+            p: {"have": now.get(p, -1), "low_high": marks[p],
+                "rdkafka": self.rdkafka[p].as_dict() if p in self.rdkafka else None}
+            for p in sorted(marks)
+        }  # fmt: skip
+        assignment = sorted(tp.partition for tp in self.consumer.assignment())
+        log.warning("index-patches follower stalled on partitions %s (no progress in %.0f s with "
+                    "records to read); assigned %s; its consumer %s ask the watermarks; per "
+                    "partition %s; assigning again", stuck,
+                    self.edge.config.patch_stall_check_ms / 1000.0, assignment,
+                    "could" if own else "could NOT", state)  # fmt: skip
+        self.edge.service.metrics.inc("patch_stalls_total")
+        self.stalled = stuck
+        with contextlib.suppress(KafkaException):  # fresh metadata first: the leaders as of now
+            await asyncio.to_thread(self.consumer.list_topics, self.topic, 2.0)
+        start = {p: o if o >= 0 else self.resumed.get(p, OFFSET_BEGINNING) for p, o in now.items()}
+        self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(start.items())])
+        return stuck
+
     async def run(self, stop: asyncio.Event) -> None:
         period_s = self.edge.config.offsets_flush_period_ms / 1000.0
-        saved_at = time.monotonic()
+        check_s = self.edge.config.patch_stall_check_ms / 1000.0
+        saved_at = checked_at = time.monotonic()
         while not stop.is_set():
             if not await _guarded(self.poll_once(), self.edge, "patches"):
                 await _pause(stop)
             if time.monotonic() - saved_at >= period_s:
                 self.save()
                 saved_at = time.monotonic()
+            if time.monotonic() - checked_at >= check_s:
+                await _guarded(self.check_stall(), self.edge, "patches-watch")
+                checked_at = time.monotonic()
         self.save()
 
     def close(self) -> None:
         self.save()
         self.consumer.close()
+
+
+def _watermarks_of(
+    consumer: Any, topic: str, n: int, timeout_s: float
+) -> dict[int, tuple[int, int]]:
+    out = {}
+    for s in range(n):
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, s), timeout=timeout_s, cached=False
+        )
+        out[s] = (int(low), int(high))
+    return out
 
 
 class QueueVectorFollower:
@@ -277,7 +376,13 @@ def _checked(rec: dict[str, Any], worker_region: Any) -> tuple[int, np.ndarray, 
 def open_followers(edge: EdgeApp, sink: ProducerPort) -> tuple[PatchFollower, QueueVectorFollower]:
     """Both consumers for ``edge.pipeline`` (started: partitions assigned)."""
     boot = edge.pipeline.bootstrap_servers
-    patches = PatchFollower(edge, Consumer(consumer_conf(boot, "patches")))
+    conf = consumer_conf(boot, "patches")
+    holder: list[PatchFollower] = []
+    # librdkafka's own view of each partition (leader, fetch state), for the stall reports
+    conf["statistics.interval.ms"] = max(1000, int(edge.config.patch_stall_check_ms))
+    conf["stats_cb"] = lambda stats_json: holder[0].on_stats(stats_json) if holder else None
+    patches = PatchFollower(edge, Consumer(conf))
+    holder.append(patches)
     dead = DeadLetters(sink, edge.service.codec, edge.pipeline.topics.dead_letters,
                        f"edge-{edge.config.region}")  # fmt: skip
     queues = QueueVectorFollower(edge, Consumer(consumer_conf(boot, "queues")), dead)

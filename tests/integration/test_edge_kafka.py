@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,48 @@ def test_restart_resumes_from_view_files__and_late_edge_bootstraps_same_view(
         await late_task
 
     asyncio.run(scenario())
+
+
+def test_follower_that_stops_reading__stall_logged_counted_and_partitions_assigned_again(
+    kafka_admin: AdminClient,
+    pipeline_config: PipelineConfig,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A patch consumer that silently stops reading (here: its assignment is dropped under it;
+    after a broker restart a librdkafka consumer once kept ``leader=-1`` for minutes, fetching
+    nothing and saying nothing) must not leave the view stale: the follower's stall check sees
+    records on the broker it does not advance to, logs the follower's state, counts the stall and
+    assigns the partitions again, and the patch written meanwhile is applied. Without the check
+    the patch is never read."""
+    ensure_topics(kafka_admin, pipeline_config)
+    maint = Maintenance(pipeline_config)
+    tokens = ec.prompt(8000, 51)
+
+    async def scenario() -> None:
+        maint.send(maint.index.full_images())
+        cfg = dataclasses.replace(
+            _config(pipeline_config, tmp_path / "v"), patch_stall_check_ms=200.0
+        )
+        edge, stop, task = await _start(cfg)
+        follower = edge.patch_follower
+        follower.consumer.unassign()  # reads nothing from now on, and reports no error
+        maint.register(2, tokens, edge.service.discovery.hasher)
+        await _until(
+            lambda: _answer(edge, tokens)[1][2] == 7552,
+            "the follower to notice the stall and apply the patch",
+            lambda: _follower_state(edge, tokens),
+        )
+        assert edge.service.metrics.total("patch_stalls_total") >= 1
+        reports = [
+            r.getMessage() for r in caplog.records if "stalled on partitions" in r.getMessage()
+        ]
+        assert reports and "low_high" in reports[0], caplog.text
+        stop.set()
+        await task
+
+    with caplog.at_level(logging.INFO, logger="edge.sync"):
+        asyncio.run(scenario())
 
 
 def test_queue_vectors__fold_into_router_and_bad_records_dead_lettered(
