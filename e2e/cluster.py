@@ -12,8 +12,7 @@ id: Kafka splits the shards), ``worker-<w>`` (``kvcompass worker emulate``), ``s
 peers, views in ``run_dir/views/<region>``). Command lines: ``e2e.commands``; table:
 ``e2e/README.md``.
 
-Ports: ``base_port`` 0 picks free ports; otherwise edges ``base_port + i`` (region order),
-workers ``base_port + 10 + w``, broker ``base_port + 100`` and its controller ``+ 101``.
+Ports and URLs: ``e2e.layout``; SGLang's gateways (the demo's local baseline): ``e2e.gateways``.
 
 **WAN emulation.** This kernel has no ``netem`` qdisc (``tc qdisc ... netem`` answers "Specified
 qdisc kind is unknown"; network namespaces work), so the WAN is injected by the edge's forwarder:
@@ -45,8 +44,10 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from e2e import commands, probes
+from e2e.gateways import Gateways
+from e2e.layout import Layout
 from e2e.probes import EventCount, ViewCheck
-from e2e.process import Child, ClusterError, Spawner, child_env, free_ports
+from e2e.process import Child, ClusterError, Spawner, child_env
 from e2e.spec import ClusterSpec
 from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import Deployment
@@ -54,18 +55,6 @@ from pipeline.config import PipelineConfig
 from pipeline.kafka_local import BrokerError
 
 __all__ = ["ClusterError", "ClusterSpec", "EventCount", "LocalCluster", "ViewCheck"]
-
-
-def gateway_missing() -> str:
-    """Why SGLang's gateway cannot run here ('' when it can): its Python package is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec("sglang_router") is None:
-        return (
-            "sglang-router is not installed (pip install 'sglang-router==0.3.2', the project's "
-            "'conformance' extra, which make demo installs)"
-        )
-    return ""
 
 
 class LocalCluster:
@@ -80,19 +69,13 @@ class LocalCluster:
         self.dep: Deployment = load_deployment(spec.deployment)
         self.regions = [r.name for r in self.dep.regions]
         self.n_workers = int(self.dep.worker_region.size)
-        ports = self._ports()
-        self.edge_urls: dict[str, str] = {
-            r: f"http://127.0.0.1:{ports['edge'][i]}" for i, r in enumerate(self.regions)
-        }
-        self.worker_urls: dict[int, str] = {
-            w: f"http://127.0.0.1:{ports['worker'][w]}" for w in range(self.n_workers)
-        }
-        self.gateway_urls: dict[str, str] = {
-            r: f"http://127.0.0.1:{ports['gateway'][i]}" for i, r in enumerate(self.regions)
-        }
-        """One SGLang gateway per region (``start_gateways``); not started by ``start``."""
-        self._gateway_metrics_ports = dict(zip(self.regions, ports["gateway_metrics"], strict=True))
-        self._broker_ports = ports["broker"]
+        layout = Layout.plan(self.regions, self.n_workers, spec.base_port)
+        self.edge_urls = layout.edge_urls
+        self.worker_urls = layout.worker_urls
+        self.gateway_urls = layout.gateway_urls
+        """One SGLang gateway per region (``gateways``); not started by ``start``."""
+        self.layout = layout
+        self._broker_ports = layout.broker_ports
         self.broker: Any = None
         """``pipeline.kafka_local.LocalBroker`` when this cluster started the broker."""
         self.bootstrap = spec.bootstrap_servers or f"127.0.0.1:{self._broker_ports[0]}"
@@ -109,30 +92,20 @@ class LocalCluster:
         self._started = False
         self._down: set[str] = set()
         """Children stopped on purpose (a fault in progress): not an error when found dead."""
+        self.gateways = Gateways(self)
 
     # -- layout ------------------------------------------------------------------------------
 
-    def _ports(self) -> dict[str, list[int]]:
-        b = self.spec.base_port
-        n_r, n_w = len(self.regions), int(self.dep.worker_region.size)
-        if b:
-            if n_r > 10 or b + 10 + n_w >= b + 100:
-                raise ValueError("base_port layout fits at most 10 regions and 90 workers")
-            return {
-                "edge": [b + i for i in range(n_r)],
-                "worker": [b + 10 + w for w in range(n_w)],
-                "broker": [b + 100, b + 101],
-                "gateway": [b + 110 + i for i in range(n_r)],
-                "gateway_metrics": [b + 120 + i for i in range(n_r)],
-            }
-        ports = free_ports(3 * n_r + n_w + 2)
-        return {"edge": ports[:n_r], "worker": ports[n_r : n_r + n_w],
-                "broker": ports[n_r + n_w : n_r + n_w + 2],
-                "gateway": ports[n_r + n_w + 2 : 2 * n_r + n_w + 2],
-                "gateway_metrics": ports[2 * n_r + n_w + 2 :]}  # fmt: skip
-
     def view_dir(self, region: str) -> Path:
         return self.run_dir / "views" / region
+
+    def spawn(self, name: str, argv: list[str], cwd: Path | None = None) -> Child:
+        """Start (or restart) child ``name`` with its log in ``logs/<name>.log``."""
+        return self._spawn(name, argv, cwd)
+
+    def expect_down(self, name: str, down: bool) -> None:
+        """Mark ``name`` as stopped on purpose (``down``), or as expected to run again."""
+        (self._down.add if down else self._down.discard)(name)
 
     def _spawn(self, name: str, argv: list[str], cwd: Path | None = None) -> Child:
         return self.spawner.spawn(
@@ -400,43 +373,10 @@ class LocalCluster:
             watch.close()
         self.wait_quiescent(max(deadline - time.monotonic(), 10.0))
 
-    # -- SGLang's gateway, the local baseline of the demo ------------------------------------
-
     def region_workers(self, region: str) -> list[int]:
         """The workers of ``region``, in id order."""
         r = self.regions.index(region)
         return [w for w in range(self.n_workers) if int(self.dep.worker_region[w]) == r]
-
-    def start_gateways(self) -> None:
-        """Start one ``sglang-router`` per region in ``cache_aware`` mode in front of that
-        region's workers (``e2e.commands.gateway``); ``wait_gateways`` waits until they serve.
-        A fresh start every time: its radix tree and load counts are empty, as the workers'
-        caches are after ``flush_caches`` (which may run meanwhile: the gateway's start-up, a
-        few seconds of worker probes, overlaps it). Raises ``ClusterError`` when the package is
-        missing (``gateway_missing``)."""
-        missing = gateway_missing()
-        if missing:
-            raise ClusterError(missing)
-        for r in self.regions:
-            port = int(self.gateway_urls[r].rsplit(":", 1)[1])
-            urls = [self.worker_urls[w] for w in self.region_workers(r)]
-            argv = commands.gateway(urls, port, self._gateway_metrics_ports[r])
-            self._spawn(f"gateway-{r}", argv)
-            self._down.discard(f"gateway-{r}")
-
-    def wait_gateways(self, timeout_s: float = 120.0) -> None:
-        """Until every gateway lists all of its region's workers as healthy (``GET /workers``)."""
-        want = {r: len(self.region_workers(r)) for r in self.regions}
-        self._poll_until(
-            lambda: all(probes.gateway_workers(self.gateway_urls[r]) >= n for r, n in want.items()),
-            self._names("gateway"), timeout_s,
-        )  # fmt: skip
-
-    def stop_gateways(self) -> None:
-        """SIGTERM every gateway (SIGKILL after 10 s); not an error to find them stopped."""
-        names = self._names("gateway")
-        self._down.update(names)
-        self.spawner.stop(names, timeout_s=10.0)
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -454,9 +394,9 @@ class LocalCluster:
 
     def _wait_group(self, timeout_s: float) -> None:
         want = sum(self.spawner.children[n].alive() for n in self._names("maintenance"))
-        self._poll_until(lambda: self._group_size() >= want, self._names("maintenance"), timeout_s)
+        self.poll_until(lambda: self._group_size() >= want, self._names("maintenance"), timeout_s)
 
-    def _poll_until(self, ready: Callable[[], bool], names: list[str], timeout_s: float) -> None:
+    def poll_until(self, ready: Callable[[], bool], names: list[str], timeout_s: float) -> None:
         """Poll ``ready`` until true; raise with the tails of ``names``' logs on a timeout or as
         soon as any child dies unexpectedly."""
         deadline = time.monotonic() + timeout_s
@@ -474,7 +414,7 @@ class LocalCluster:
         self.spawner.stop([name], timeout_s=30.0)
         self._start_edge(region)
         self._down.discard(name)
-        self._poll_until(lambda: probes.healthy(self.edge_urls[region]), [name], timeout_s)
+        self.poll_until(lambda: probes.healthy(self.edge_urls[region]), [name], timeout_s)
 
     def restart_broker(self, timeout_s: float = 240.0) -> dict[str, float]:
         """Stop the broker (SIGTERM, SIGKILL after 30 s) and start it again on its data (only a

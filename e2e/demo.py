@@ -159,7 +159,7 @@ def run_demo(
     A scheme that cannot run here (SGLang's gateway without its package) is left out with the
     reason in ``skipped`` (and printed), never silently.
     """
-    from e2e.cluster import gateway_missing
+    from e2e.gateways import gateway_missing
 
     dep = load_deployment(plan.deployment)
     worker_region = np.asarray(dep.worker_region, dtype=np.int64)
@@ -196,11 +196,11 @@ def run_demo(
                     # client timed out); they drain before the next run starts cold.
                     t0 = time.monotonic()
                     if scheme == SGLANG_GATEWAY:
-                        cluster.start_gateways()  # its start-up overlaps the flush
+                        cluster.gateways.start()  # its start-up overlaps the flush
                     cluster.flush_caches(timeout_s=plan.drain_timeout_s)
                     t_flushed = time.monotonic()
                     if scheme == SGLANG_GATEWAY:
-                        cluster.wait_gateways()
+                        cluster.gateways.wait()
                         urls = [cluster.gateway_urls[name] for name in region_names]
                     else:
                         cluster.set_policy(scheme)
@@ -221,7 +221,7 @@ def run_demo(
                         res = asyncio.run(gen.run(tick))
                     finally:
                         if scheme == SGLANG_GATEWAY:
-                            cluster.stop_gateways()
+                            cluster.gateways.stop()
                     row: dict[str, Any] = {
                         "workload": run.workload, "origins": run.origins, "rate": run.rate,
                         "scheme": scheme, "warmup_requests": int((res.arrival_ms < since_ms).sum()),
