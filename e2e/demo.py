@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,8 +247,3 @@ def run_demo(
         checks["events"] = events.as_dict()
         checks["lines"] = [views.line(), events.line()]
     return rows, checks
-
-
-def groups(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(workload, origin mix) of the rows, in run order: one table and one figure each."""
-    return list(dict.fromkeys((str(r["workload"]), str(r["origins"])) for r in rows))
