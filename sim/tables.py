@@ -92,8 +92,8 @@ def verdict(summaries: Mapping[str, Mapping[str, float]], reference: str = REFER
     others = {k: v for k, v in summaries.items() if k != reference and not is_ideal(k)}
     if ref is None or not others:
         return ""
-    best_p99 = min(others, key=lambda k: float(others[k].get("ttft_p99_ms", math.inf)))
-    best_tput = max(others, key=lambda k: float(others[k].get("throughput_tok_s", 0.0)))
+    best_p99 = min(others, key=lambda k: _finite(others[k].get("ttft_p99_ms"), math.inf))
+    best_tput = max(others, key=lambda k: _finite(others[k].get("throughput_tok_s"), 0.0))
     p99_ratio = _ratio(others[best_p99].get("ttft_p99_ms"), ref.get("ttft_p99_ms"))
     tput_ratio = _ratio(others[best_tput].get("throughput_tok_s"), ref.get("throughput_tok_s"))
     p99_ok = p99_ratio >= 1.0
@@ -129,6 +129,14 @@ def rich_table(table: Comparison, title: str) -> Any:
         for row in table.ideal_rows:
             t.add_row(f"{row[0]} (reference)", *row[1:], style="dim")
     return t
+
+
+def _finite(value: float | None, otherwise: float) -> float:
+    """``value``, or ``otherwise`` when it is missing or NaN (a scheme that completed nothing
+    has no P99: it must never be the best other, whatever its place in the table)."""
+    if value is None or not math.isfinite(float(value)):
+        return otherwise
+    return float(value)
 
 
 def _ratio(a: float | None, b: float | None) -> float:

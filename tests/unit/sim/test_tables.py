@@ -61,3 +61,14 @@ def test_results_markdown__one_section_per_run_set() -> None:
     md = tables.results_markdown(doc)
     assert md.startswith("#### mixed — rate 1,500/s")
     assert "| dynamo | 900 | 20,440 |" in md and "lowest P99 TTFT yes" in md
+
+
+def test_verdict__a_scheme_that_completed_nothing_is_never_the_best_other() -> None:
+    nan = float("nan")
+    runs = {
+        "kvcompass": {"ttft_p99_ms": 100.0, "throughput_tok_s": 50.0},
+        "collapsed": {"ttft_p99_ms": nan, "throughput_tok_s": nan},
+        "other": {"ttft_p99_ms": 200.0, "throughput_tok_s": 40.0},
+    }
+    line = tables.verdict(runs)
+    assert "best other other, 2.00× ours" in line and "collapsed" not in line
