@@ -245,8 +245,8 @@ async def _proxy(
 
 
 CLIENT_POLL_S = 0.5
-"""How often a request waiting for its worker's response head checks that its client is still
-there (SGLang itself checks its clients every 4 s)."""
+"""How often the requests waiting for their worker's response head are checked for a client that
+left (SGLang itself checks its clients every 4 s)."""
 
 
 class ClientLeft(Exception):
@@ -258,34 +258,60 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
+class _Waiting:
+    """The handlers awaiting a worker's response head, and one watcher per event loop that
+    cancels those whose client left. One set insert and delete per request, where a watch loop
+    per request (a task and a timed wait) cost 16–25 µs of CPU, 4–6% of a forward."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[asyncio.Task[Any], web.Request] = {}
+        self.left: set[asyncio.Task[Any]] = set()
+        self.watcher: asyncio.Task[None] | None = None
+
+    async def watch(self) -> None:
+        while self.tasks:
+            await asyncio.sleep(CLIENT_POLL_S)
+            for task, request in list(self.tasks.items()):
+                if task not in self.left and _client_gone(request):
+                    self.left.add(task)
+                    task.cancel()
+        self.watcher = None
+
+    def add(self, task: asyncio.Task[Any], request: web.Request) -> None:
+        self.tasks[task] = request
+        if self.watcher is None or self.watcher.done():
+            self.watcher = asyncio.get_running_loop().create_task(self.watch())
+
+
+_WAITING: dict[asyncio.AbstractEventLoop, _Waiting] = {}
+
+
 async def _unless_client_leaves(request: web.Request, send: Awaitable[Response]) -> Response:
     """Await ``send`` (the forward, until the worker's response head); if the client leaves
-    meanwhile, cancel it, which closes the upstream connection, so the worker (or the peer edge
-    relaying to it) sees the disconnect and aborts the queued request, as a proxy should
-    (nginx's ``proxy_ignore_client_abort off``). Raises ``ClientLeft``."""
-    task = asyncio.ensure_future(send)
+    meanwhile, the watcher cancels this handler there, which closes the upstream connection
+    (``Pool.post``), so the worker (or the peer edge relaying to it) sees the disconnect and
+    aborts the queued request, as a proxy should (nginx's ``proxy_ignore_client_abort off``).
+    Raises ``ClientLeft``."""
+    me = asyncio.current_task()
+    if me is None:  # not in a task: nothing can cancel it
+        return await send
+    loop = asyncio.get_running_loop()
+    waiting = _WAITING.get(loop)
+    if waiting is None:
+        waiting = _WAITING[loop] = _Waiting()
+        for old in [lp for lp in _WAITING if lp.is_closed()]:
+            del _WAITING[old]
+    waiting.add(me, request)
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=CLIENT_POLL_S)
-            if done:
-                return task.result()
-            if _client_gone(request):
-                break
-    except BaseException:  # this handler cancelled: so is the forward
-        await _discard(task)
-        raise
-    await _discard(task)
-    raise ClientLeft()
-
-
-async def _discard(task: asyncio.Future[Response]) -> None:
-    """Cancel a forward nobody will read; a response that arrived meanwhile is closed."""
-    task.cancel()
-    try:
-        resp = await task
-    except BaseException:  # cancelled, or failed: either way nothing to close
-        return
-    resp.release()
+        return await send
+    except asyncio.CancelledError:
+        if me not in waiting.left:
+            raise
+        me.uncancel()
+        raise ClientLeft() from None
+    finally:
+        waiting.tasks.pop(me, None)
+        waiting.left.discard(me)
 
 
 async def _whole(
