@@ -25,12 +25,10 @@ from e2e.loadgen import Results
 from kvcompass.metrics import serving_summary
 from sim import tables
 
+_SIM = {key: (key, head, kind) for key, head, kind in tables.COLUMNS}
 COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("ttft_p50_ms", "TTFT P50 ms", "ms"),
-    ("ttft_p99_ms", "TTFT P99 ms", "ms"),
-    ("e2e_p99_ms", "E2E P99 ms", "ms"),
-    ("throughput_tok_s", "throughput tok/s", "count"),
-    ("hit_rate", "hit rate", "share"),
+    *(_SIM[k] for k in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "throughput_tok_s")),
+    _SIM["hit_rate"],
     ("cross_region_share", "cross-region", "share"),
     ("failed", "failed", "count"),
 )
