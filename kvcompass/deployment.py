@@ -4,7 +4,7 @@ Owns the ``Deployment`` value object, its validation, its dict/TOML form and the
 deployments shipped as package data (``kvcompass/data/deployments/*.toml``, read with
 ``importlib.resources`` as read-only resources). Must not open arbitrary files, read the
 environment or measure anything: reading a user's file is the shells' job
-(``kvcompass.cli.deployments.load_deployment``), which then calls ``Deployment.from_toml_text``.
+(``wire.deployments.load_deployment``), which then calls ``Deployment.from_toml_text``.
 
 TOML form (every key but ``name``, ``regions`` and ``wan_one_way_ms`` optional)::
 

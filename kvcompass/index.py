@@ -1,4 +1,4 @@
-"""The multi-level discovery index, maintenance side (DESIGN §5, paper §3.3–3.4).
+"""The multi-level discovery index, maintenance side (architecture §5, paper §3.3–3.4).
 
 Owns the index operations — register, set tier, evict, clear — for every table of one shard
 (``ShardState``, the state of one maintenance unit) or of all shards in one process
@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from kvcompass.errors import InvalidInputError
 from kvcompass.layout import FIELD_BITS, FIELD_MASK, TableLayout
 from kvcompass.ludo import LudoTable, PatchBatch
+from kvcompass.shards import shard_of, split_by_shard
 from kvcompass.types import Tier
 
 KEY_LIMIT = np.uint64(1 << 63)
@@ -62,9 +63,15 @@ _BAD_KEY, _BAD_SHARD, _BAD_TABLE, _BAD_CODE, _BAD_FIELD = 1, 2, 3, 4, 5
 
 
 @njit(cache=True)
-def _ops_problem(  # type: ignore[no-untyped-def]
-    tables, keys, fields, codes, widths, n_shards, shard
-):
+def _ops_problem(
+    tables: NDArray[np.int64],
+    keys: NDArray[np.uint64],
+    fields: NDArray[np.int64],
+    codes: NDArray[np.int64],
+    widths: NDArray[np.int64],
+    n_shards: int,
+    shard: int,
+) -> int:
     """First problem over all ops, in ``ShardState.apply``'s order of checks (0: none).
 
     One pass instead of a numpy reduction per rule: a window's apply is on the index path of
@@ -263,9 +270,7 @@ class DiscoveryIndex:
         if self.n_shards == 1:
             p = self.shards[0].apply_field(table, field_, code, keys)
             return [p] if p is not None else out
-        shard_of = keys % np.uint64(self.n_shards)
-        order = np.argsort(shard_of, kind="stable")  # keeps each shard's ops in order
-        bounds = np.searchsorted(shard_of[order], np.arange(self.n_shards + 1, dtype=np.uint64))
+        order, bounds = split_by_shard(keys, self.n_shards)  # each shard's ops in order
         for s in range(self.n_shards):
             lo, hi = int(bounds[s]), int(bounds[s + 1])
             if lo < hi:
@@ -299,7 +304,7 @@ class DiscoveryIndex:
     def holders(self, key: int) -> dict[int, Tier]:
         """Exact (keyed) holders of one key — the maintenance truth the views must reproduce."""
         k = check_keys(np.array([key], dtype=np.uint64))
-        shard = self.shards[int(k[0] % np.uint64(self.n_shards))]
+        shard = self.shards[int(shard_of(k, self.n_shards)[0])]
         out: dict[int, Tier] = {}
         for t, tab in enumerate(shard.tables):
             v = int(tab.get(k)[0])

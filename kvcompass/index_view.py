@@ -3,9 +3,9 @@
 Owns applying ``ShardPatch``es in order (per-shard sequence, epochs swapped on commit) and the
 multi-level match: for an edge in region o and a prompt's keys at ascending lengths, the matched
 length and tier of EVERY worker, querying toward region r only levels(o, r) and applying the
-prefix-monotonicity rule (DESIGN §5: a worker matches level l only if it holds every shorter
+prefix-monotonicity rule (architecture §5: a worker matches level l only if it holds every shorter
 level of the same query, so a lone false hit at a long level is ignored). It reads no files and
-no Kafka: view arrays come from an allocator (in memory, or ``kvcompass.view_file``).
+no Kafka: view arrays come from an allocator (in memory, or ``wire.view_files``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 from numba import njit, types
 from numba.core import cgutils
-from numba.extending import intrinsic
 from numba.np.numpy_support import carray as _carray
 from numpy.typing import NDArray
 
@@ -26,7 +25,9 @@ from kvcompass.errors import InvalidInputError
 from kvcompass.index import ShardPatch, check_keys
 from kvcompass.layout import FIELD_BITS, FIELD_MASK, TableLayout
 from kvcompass.ludo import LudoParams, LudoView, ViewArrays
+from kvcompass.ludo.jit import JIT_ENABLED, with_python_twin
 from kvcompass.ludo.kernels import lookup_key, prefetch_key
+from kvcompass.ludo.params import P_BUCKETS, P_FP_BITS, P_MA, P_MB, P_VALUE_BITS
 
 Allocator = Callable[[int, int, LudoParams], ViewArrays]
 """(table, shard, params) -> zeroed ViewArrays for a new epoch (memory or a mapped file)."""
@@ -55,39 +56,70 @@ class Match:
     tiers: NDArray[np.uint8]
 
 
-def _as_pointer_impl(typingctx: object, addr: types.Integer) -> object:
+def _as_pointer_py(addr: int) -> int:
+    return int(addr)
+
+
+@with_python_twin(_as_pointer_py)
+def _as_pointer(typingctx: Any, addr: types.Integer) -> Any:
     """int64 address -> void* (to view an array whose address is in the pointer table)."""
     sig = types.voidptr(addr)
 
-    def codegen(context: object, builder: object, signature: object, args: object) -> object:
-        return builder.inttoptr(args[0], cgutils.voidptr_t)  # type: ignore[attr-defined,index]
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
 
     return sig, codegen
 
 
-_as_pointer: Any = intrinsic(_as_pointer_impl)
-carray: Any = _carray  # numba's stubs type shapes as tuple[int]; inside njit they are int64
+class _At:
+    """An array's memory by address (numpy's array interface): ``carray``'s twin, JIT off."""
+
+    def __init__(self, addr: int, shape: tuple[int, ...], dtype: Any) -> None:
+        dt = np.dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        self.__array_interface__ = {
+            "data": (addr, False),
+            "shape": shape,
+            "typestr": dt.str,
+            "version": 3,
+        }
+
+
+def _carray_py(addr: int, shape: tuple[int, ...], dtype: Any) -> NDArray[Any]:
+    return np.asarray(_At(addr, shape, dtype))
+
+
+# numba's stubs type shapes as tuple[int]; inside njit they are int64
+carray: Any = _carray if JIT_ENABLED else _carray_py
+
+
+@njit(inline="always", cache=True)
+def _view_arrays(params: NDArray[np.uint64], ptrs: NDArray[np.int64], vid: Any) -> Any:
+    """The four arrays of view ``vid`` (``ViewArrays`` order), rebuilt from the pointer table.
+
+    Passing N views as numba typed lists costs ~1.4 µs per list per call; a table of addresses
+    costs nothing, and this is the hot path of every routing decision. The ``IndexView`` keeps
+    the arrays alive.
+    """
+    p = params[vid]
+    n_buckets = np.int64(p[P_BUCKETS])
+    value_words = np.int64(p[P_VALUE_BITS]) // 32
+    fp_bytes = np.int64(p[P_FP_BITS]) // 8
+    n_words = (np.int64(p[P_MA]) + np.int64(p[P_MB]) + 63) // 64
+    seeds = carray(_as_pointer(ptrs[vid, 0]), (n_buckets,), dtype=np.uint8)
+    values = carray(_as_pointer(ptrs[vid, 1]), (n_buckets * 4 * value_words,), dtype=np.uint32)
+    fps = carray(_as_pointer(ptrs[vid, 2]), (n_buckets * 4 * fp_bytes,), dtype=np.uint8)
+    loc = carray(_as_pointer(ptrs[vid, 3]), (n_words,), dtype=np.uint64)
+    return seeds, values, fps, loc
 
 
 @njit(inline="always", cache=True)
 def _view_lookup(
     params: NDArray[np.uint64], ptrs: NDArray[np.int64], vid: Any, key: np.uint64
 ) -> np.uint64:
-    """Lookup in view ``vid`` through the pointer table (arrays kept alive by the IndexView).
-
-    Passing N views as numba typed lists costs ~1.4 µs per list per call; a table of addresses
-    costs nothing, and this is the hot path of every routing decision.
-    """
-    p = params[vid]
-    n_buckets = np.int64(p[1])
-    vw = np.int64(p[4]) // 32
-    fb = np.int64(p[5]) // 8
-    n_words = (np.int64(p[2]) + np.int64(p[3]) + 63) // 64
-    seeds = carray(_as_pointer(ptrs[vid, 0]), (n_buckets,), dtype=np.uint8)
-    values = carray(_as_pointer(ptrs[vid, 1]), (n_buckets * 4 * vw,), dtype=np.uint32)
-    fps = carray(_as_pointer(ptrs[vid, 2]), (n_buckets * 4 * fb,), dtype=np.uint8)
-    loc = carray(_as_pointer(ptrs[vid, 3]), (n_words,), dtype=np.uint64)
-    return lookup_key(p, seeds, values, fps, loc, key)
+    """Lookup of ``key`` in view ``vid`` (see ``_view_arrays``)."""
+    seeds, values, fps, loc = _view_arrays(params, ptrs, vid)
+    return lookup_key(params[vid], seeds, values, fps, loc, key)
 
 
 @njit(inline="always", cache=True)
@@ -96,16 +128,8 @@ def _view_prefetch(
 ) -> None:
     """Start the cache misses ``_view_lookup(params, ptrs, vid, key)`` will take (no effect on
     results)."""
-    p = params[vid]
-    n_buckets = np.int64(p[1])
-    vw = np.int64(p[4]) // 32
-    fb = np.int64(p[5]) // 8
-    n_words = (np.int64(p[2]) + np.int64(p[3]) + 63) // 64
-    seeds = carray(_as_pointer(ptrs[vid, 0]), (n_buckets,), dtype=np.uint8)
-    values = carray(_as_pointer(ptrs[vid, 1]), (n_buckets * 4 * vw,), dtype=np.uint32)
-    fps = carray(_as_pointer(ptrs[vid, 2]), (n_buckets * 4 * fb,), dtype=np.uint8)
-    loc = carray(_as_pointer(ptrs[vid, 3]), (n_words,), dtype=np.uint64)
-    prefetch_key(p, seeds, values, fps, loc, key)
+    seeds, values, fps, loc = _view_arrays(params, ptrs, vid)
+    prefetch_key(params[vid], seeds, values, fps, loc, key)
 
 
 @njit(cache=True)
@@ -136,7 +160,14 @@ def _match_one(
     matched: NDArray[np.int64],
     tiers: NDArray[np.uint8],
 ) -> int:
-    """Fill matched/tiers (pre-zeroed); return the number of table reads made."""
+    """Fill matched/tiers (pre-zeroed); return the number of table reads made.
+
+    Arguments, in groups: the edge's plan ``plan_levels`` (T, L); the layout ``field_workers``
+    (T, F) and ``n_fields`` (T); the served views ``present``, ``n_shards``, ``params`` and
+    ``ptrs`` (``_view_arrays``); the prompt ``q_lengths``, ``q_keys``; the rule ``monotone``;
+    the outputs ``matched``, ``tiers`` (W). Flat, not tuples: called once per routing decision
+    from Python, where numba unboxes arrays in C and tuples in Python (``ludo/kernels.py``).
+    """
     n_tables, n_levels = plan_levels.shape
     alive = np.zeros(field_workers.shape[1], dtype=np.bool_)
     reads = 0
@@ -192,6 +223,12 @@ def _address(a: NDArray[np.generic]) -> int:
     return int(a.ctypes.data)
 
 
+def _addresses(view: LudoView) -> list[int]:
+    """A view's four array addresses, in the kernels' column order."""
+    a = view.arrays
+    return [_address(a.seeds), _address(a.values), _address(a.fps), _address(a.locator)]
+
+
 class IndexView:
     """Views of every (table, shard), kept current by applying ShardPatches in order."""
 
@@ -231,13 +268,14 @@ class IndexView:
     def _rebuild_lists(self) -> None:
         # Kernels reach the arrays through their addresses; ``self.views`` keeps them alive.
         self._params = np.stack([v.params.to_array() for v in self.views])
-        self._ptrs = np.array(
-            [
-                [_address(a.seeds), _address(a.values), _address(a.fps), _address(a.locator)]
-                for a in (v.arrays for v in self.views)
-            ],
-            dtype=np.int64,
-        )
+        self._ptrs = np.array([_addresses(v) for v in self.views], dtype=np.int64)
+
+    def _refresh_row(self, vid: int) -> None:
+        """``_rebuild_lists`` for one view: an install touches its own row only (rebuilding
+        every row per install was quadratic in the views: 150 s of set-up at 4,096 workers)."""
+        view = self.views[vid]
+        self._params[vid] = view.params.to_array()
+        self._ptrs[vid] = _addresses(view)
 
     def offer(self, patch: ShardPatch) -> Offer:
         """Sequencer decision for a patch, without applying it."""
@@ -297,7 +335,7 @@ class IndexView:
         self.present[vid] = True
         if last_seq is not None:
             self.last_seq[shard] = max(int(self.last_seq[shard]), last_seq)
-        self._rebuild_lists()
+        self._refresh_row(vid)
 
     def params_for(self, table: int, shard: int, epoch: int) -> LudoParams | None:
         """Params of a served or pending epoch (what a record reassembler needs on resume)."""

@@ -1,7 +1,7 @@
 """Prefix keys: the 63-bit name of "the first c tokens of a prompt, in this model namespace".
 
-Owns the key derivation (DESIGN §3) and its fast paths. Must not know tables, levels or shards:
-callers pass the lengths they want (``kvcompass.levels`` decides which).
+Owns the key derivation (architecture §3) and its fast paths. Must not know tables, levels or
+shards: callers pass the lengths they want (``kvcompass.levels`` decides which).
 
 Key derivation (the wire contract; workers, pipeline and edges must agree bit for bit)::
 

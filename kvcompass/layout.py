@@ -1,4 +1,4 @@
-"""Which index table and 2-bit field each worker owns (DESIGN §5).
+"""Which index table and 2-bit field each worker owns (architecture §5).
 
 A table covers one region's workers in groups of up to 16 (32-bit values) or up to 32 (64-bit
 values); a value packs one 2-bit tier field per worker of its table. A region of at most 16

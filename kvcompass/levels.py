@@ -1,8 +1,8 @@
 """Latency-derived levels: which prefix lengths an edge queries and a worker registers (§3.2).
 
-Owns the arithmetic of DESIGN §4, computed once per deployment (a change of deployment is a new
-index epoch). Must not hash, look anything up or know tables: ``kvcompass.keys`` turns lengths into
-keys, the index stores them.
+Owns the arithmetic of architecture §4, computed once per deployment (a change of deployment is
+a new index epoch). Must not hash, look anything up or know tables: ``kvcompass.keys`` turns
+lengths into keys, the index stores them.
 
 For edge region o and holder region r (β_r = r's prefill ms/token, B = block size, L = levels)::
 

@@ -11,11 +11,13 @@ Definitions (arithmetic modulo 2**64)::
 
     finalize(z) = z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27;
                   z *= 0x94D049BB133111EB; z ^= z >> 31
-    mix64(x, seed) = finalize((x ^ seed) + GOLDEN)       GOLDEN = 0x9E3779B97F4A7C15
+    splitmix64(x, seed) = finalize((x ^ seed) + GOLDEN)       GOLDEN = 0x9E3779B97F4A7C15
 
-``mix64(x, seed)`` is the first output of a SplitMix64 generator whose state is ``x ^ seed``:
+``splitmix64(x, seed)`` is the first output of a SplitMix64 generator whose state is ``x ^ seed``:
 a bijection of ``x`` for a fixed seed, well spread in every bit. ``finalize`` is usable from other
-numba kernels; ``mix64`` (Python ints) and ``mix64_array`` (uint64 arrays) call the same kernel.
+numba kernels; ``splitmix64`` (Python ints) and ``splitmix64_array`` (uint64 arrays) call the same
+kernel. (The Ludo index's ``ludo.hashing.mix64`` is another mixer built on ``finalize``: it
+multiplies by GOLDEN instead of adding it.)
 """
 
 from __future__ import annotations
@@ -56,16 +58,16 @@ def _mix_all(x: NDArray[np.uint64], seed: np.uint64, out: NDArray[np.uint64]) ->
         out[i] = _mix(x[i], seed)
 
 
-def mix64(x: int, seed: int) -> int:
+def splitmix64(x: int, seed: int) -> int:
     """``finalize((x ^ seed) + GOLDEN)`` of two 64-bit values, as a Python int."""
     return int(_mix(np.uint64(x & _M64), np.uint64(seed & _M64)))
 
 
-def mix64_array(x: NDArray[np.uint64], seed: int) -> NDArray[np.uint64]:
-    """``mix64`` of every element of a 1-D uint64 array (a new array)."""
+def splitmix64_array(x: NDArray[np.uint64], seed: int) -> NDArray[np.uint64]:
+    """``splitmix64`` of every element of a 1-D uint64 array (a new array)."""
     a = np.ascontiguousarray(x, dtype=np.uint64)
     if a.ndim != 1:
-        raise InvalidInputError(f"mix64_array: expected a 1-D array, got shape {a.shape}")
+        raise InvalidInputError(f"splitmix64_array: expected a 1-D array, got shape {a.shape}")
     out = np.empty_like(a)
     _mix_all(a, np.uint64(seed & _M64), out)
     return out

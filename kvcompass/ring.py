@@ -8,12 +8,12 @@ simulator's ``consistent_hash`` and ``chord`` baselines and the edge's ``consist
 all use these, so a prefix has the same designated owner everywhere. Must not know how presence
 is learned (announcements, DHT gets, an index view): callers pass it in.
 
-Layout (every position from ``kvcompass.mix.mix64``, so it is a pure function of the seeds):
+Layout (every position from ``kvcompass.mix.splitmix64``, so it is a pure function of the seeds):
 
 * ring of seed ``s`` over ``n`` members with ``v`` virtual nodes each: virtual node ``m·v + k``
-  of member ``m`` sits at ``mix64(m·v + k, s)``; a key sits at ``mix64(key, s)``; ties between
-  equal points go to the lower virtual-node id (stable sort).
-* ``LevelRings``: ring ``j`` has seed ``mix64(j + 1, seed)`` (independent rings); ``VNODES`` =
+  of member ``m`` sits at ``splitmix64(m·v + k, s)``; a key sits at ``splitmix64(key, s)``; ties
+  between equal points go to the lower virtual-node id (stable sort).
+* ``LevelRings``: ring ``j`` has seed ``splitmix64(j + 1, seed)`` (independent rings); ``VNODES`` =
   100 virtual nodes per member (a ±10% share per member, the usual count) and ``RING_SEED`` are
   the defaults of every user.
 * ``ladder(first, n, grain)``: the rings' prefix lengths, ``first`` rounded up to a multiple of
@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
-from kvcompass.mix import mix64, mix64_array
+from kvcompass.mix import splitmix64, splitmix64_array
 
 VNODES = 100
 """Virtual nodes per member on every ring."""
@@ -48,7 +48,7 @@ class HashRing:
                 f"HashRing: expected n_members >= 1 and vnodes >= 1, got {n_members}, {vnodes}"
             )
         self.seed = int(seed)
-        pts = mix64_array(np.arange(n_members * vnodes, dtype=np.uint64), self.seed)
+        pts = splitmix64_array(np.arange(n_members * vnodes, dtype=np.uint64), self.seed)
         order = np.argsort(pts, kind="stable")
         self.points: NDArray[np.uint64] = pts[order]
         self.members: NDArray[np.int64] = np.repeat(np.arange(n_members, dtype=np.int64), vnodes)[
@@ -64,12 +64,12 @@ class HashRing:
         return i if i < self.points.shape[0] else 0
 
     def owner(self, key: int) -> int:
-        """Member owning ``key`` (its point is ``mix64(key, seed)``)."""
-        return int(self.members[self.successor(mix64(key, self.seed))])
+        """Member owning ``key`` (its point is ``splitmix64(key, seed)``)."""
+        return int(self.members[self.successor(splitmix64(key, self.seed))])
 
     def owners(self, keys: NDArray[np.uint64]) -> NDArray[np.int64]:
         """Member owning each key (vectorised ``owner``)."""
-        idx = np.searchsorted(self.points, mix64_array(keys, self.seed), side="left")
+        idx = np.searchsorted(self.points, splitmix64_array(keys, self.seed), side="left")
         idx[idx == self.points.shape[0]] = 0
         return self.members[idx]
 
@@ -82,7 +82,7 @@ class LevelRings:
     def __init__(
         self, n_members: int, n_levels: int, vnodes: int = VNODES, seed: int = RING_SEED
     ) -> None:
-        self.seeds = [mix64(j + 1, seed) for j in range(n_levels)]
+        self.seeds = [splitmix64(j + 1, seed) for j in range(n_levels)]
         self.rings = [HashRing(n_members, vnodes, s) for s in self.seeds]
 
     def __len__(self) -> int:

@@ -8,24 +8,34 @@ A bucket's keys sit at their view slots ``slot_of(key, seed)``; the seed (0..254
 bucket's keys land on distinct slots. Paths are planned and every new seed computed BEFORE any
 move, so a failure (no path, no seed) leaves the table untouched.
 
-Numba notes (apply to every kernel here and in ``othello.py``/``ops.py``):
-
-* Hot functions take the arrays they use explicitly; functions that take the ``TableState`` tuple
-  read its arrays into locals at their top. Numba reference-counts tuple members read inside
-  branches, and those atomic updates serialise the cache misses this code is bound by (measured
-  3-40x slower per call).
-* They are compiled by ``jit.kernel`` (no reference-counting runtime: see ``jit.py``).
+Calling convention (every kernel here and in ``othello.py``/``placement.py``/``ops.py``): a helper
+that works on the table's structure takes ``st``, the ``TableState`` the entry kernel unpacked
+from ``mem``, and reads sizes and seeds from ``st.params`` by the ``P_*`` names; a leaf accessor
+over one array (``get_value``, ``find``, ``is_full``...) takes that array. The helpers are
+``jit.inlined`` and compiled without numba's reference-counting runtime (``jit.py``), so ``st``
+costs nothing to pass: after inlining, ``st.skeys`` is the same register as a local array.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, slot_of
 from kvcompass.ludo.jit import inlined, kernel
+from kvcompass.ludo.params import P_BUCKET_SEED, P_BUCKETS, P_FP_BITS, P_SLOT_SEED, P_VALUE_BITS
 from kvcompass.ludo.prefetch import prefetch
-from kvcompass.ludo.state import EMPTY, M_BFS, M_BFS_NODES, M_LEVELS, M_NB, M_STAMP
+from kvcompass.ludo.state import (
+    EMPTY,
+    M_BFS,
+    M_BFS_NODES,
+    M_LEVELS,
+    M_NB,
+    M_STAMP,
+    U8,
+    U32,
+    U64,
+    TableState,
+)
 
 MAX_SEED = 254
 MAX_DEPTH = 5
@@ -36,14 +46,8 @@ _MASK8 = np.uint64(0xFF)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _ZERO = np.uint64(0)
 # scratch layout: [0:5) keys, [8:13) entries, [16:21) values, [24:29) fps, [32:40) path buckets,
-# [40:48) path drop slots, [48:56) path seeds (ops.py uses [56:72))
+# [40:48) path drop slots, [48:56) path seeds (placement.py uses [56:72))
 SK, SE, SV, SF, PB, PD, PS = 0, 8, 16, 24, 32, 40, 48
-
-I32 = NDArray[np.int32]
-I64 = NDArray[np.int64]
-U8 = NDArray[np.uint8]
-U32 = NDArray[np.uint32]
-U64 = NDArray[np.uint64]
 
 
 @kernel
@@ -63,29 +67,30 @@ def put_value(values: U32, wide: bool, pos: Int, v: np.uint64) -> None:
 
 
 @kernel
-def get_fp(fps: U8, fb: Int, pos: Int) -> np.uint64:
-    if fb == 8:
+def get_fp(fps: U8, fp_bits: Int, pos: Int) -> np.uint64:
+    if fp_bits == 8:
         return np.uint64(fps[pos])
-    if fb == 16:
+    if fp_bits == 16:
         return np.uint64(fps[2 * pos]) | (np.uint64(fps[2 * pos + 1]) << _S8)
     return _ZERO
 
 
 @kernel
-def put_fp(fps: U8, fb: Int, pos: Int, f: np.uint64) -> None:
-    if fb == 8:
+def put_fp(fps: U8, fp_bits: Int, pos: Int, f: np.uint64) -> None:
+    if fp_bits == 8:
         fps[pos] = np.uint8(f & _MASK8)
-    elif fb == 16:
+    elif fp_bits == 16:
         fps[2 * pos] = np.uint8(f & _MASK8)
         fps[2 * pos + 1] = np.uint8(f >> _S8)
 
 
 @inlined
-def mark_bucket(bdirty: U8, blist: I32, meta: I64, b: Int) -> None:
-    if bdirty[b] == 0:
-        bdirty[b] = 1
-        blist[meta[M_NB]] = b
-        meta[M_NB] += 1
+def mark_bucket(st: TableState, b: Int) -> None:
+    """List bucket ``b`` as dirty, once per call (its image goes into the call's batch)."""
+    if st.bdirty[b] == 0:
+        st.bdirty[b] = 1
+        st.blist[st.meta[M_NB]] = b
+        st.meta[M_NB] += 1
 
 
 @inlined
@@ -124,19 +129,13 @@ def count(skeys: U64, b: Int) -> Int:
 
 
 @inlined
-def choose_seed(
-    skeys: U64,
-    seeds: U8,
-    scratch: U64,
-    slot_seed: np.uint64,
-    b: Int,
-    drop: Int,
-    extra_key: np.uint64,
-) -> Int:
+def choose_seed(st: TableState, b: Int, drop: Int, extra_key: np.uint64) -> Int:
     """Seed putting bucket ``b``'s keys (minus slot ``drop``) plus ``extra_key`` on distinct slots.
 
     Tries the current seed first (nothing moves), then 0..254; -1 if none works.
     """
+    skeys, scratch = st.skeys, st.scratch
+    slot_seed = st.params[P_SLOT_SEED]
     n = 0
     for s in range(4):
         p = b * 4 + s
@@ -145,7 +144,7 @@ def choose_seed(
             n += 1
     scratch[SK + n] = extra_key
     n += 1
-    current = np.int64(seeds[b])
+    current = np.int64(st.seeds[b])
     for t in range(-1, MAX_SEED + 1):
         sigma = current if t < 0 else t
         if t == current:
@@ -165,31 +164,23 @@ def choose_seed(
 
 @inlined
 def rewrite(
-    skeys: U64,
-    sentry: I32,
-    values: U32,
-    fps: U8,
-    seeds: U8,
-    scratch: U64,
-    bdirty: U8,
-    blist: I32,
-    meta: I64,
-    bfull: U64,
-    wide: bool,
-    fb: Int,
-    slot_seed: np.uint64,
+    st: TableState,
     b: Int,
     sigma: Int,
     drop: Int,
     key: np.uint64,
-    e: Int,
-    v: np.uint64,
-    f: np.uint64,
+    entry: Int,
+    value: np.uint64,
+    fp: np.uint64,
 ) -> None:
-    """Re-lay bucket ``b`` with seed ``sigma``: its keys minus slot ``drop`` plus the new one.
+    """Re-lay bucket ``b`` with seed ``sigma``: its keys minus slot ``drop`` plus ``key`` (with
+    its entry id, value and fingerprint).
 
     The caller has checked that ``sigma`` puts them on distinct slots.
     """
+    skeys, sentry, values, fps, scratch = st.skeys, st.sentry, st.values, st.fps, st.scratch
+    wide = st.params[P_VALUE_BITS] == 64
+    fp_bits = np.int64(st.params[P_FP_BITS])
     n = 0
     for s in range(4):
         p = b * 4 + s
@@ -197,67 +188,47 @@ def rewrite(
             scratch[SK + n] = skeys[p]
             scratch[SE + n] = np.uint64(sentry[p])
             scratch[SV + n] = get_value(values, wide, p)
-            scratch[SF + n] = get_fp(fps, fb, p)
+            scratch[SF + n] = get_fp(fps, fp_bits, p)
             n += 1
         sentry[p] = -1
         skeys[p] = EMPTY
         put_value(values, wide, p, _ZERO)
-        put_fp(fps, fb, p, _ZERO)
+        put_fp(fps, fp_bits, p, _ZERO)
     scratch[SK + n] = key
-    scratch[SE + n] = np.uint64(e)
-    scratch[SV + n] = v
-    scratch[SF + n] = f
+    scratch[SE + n] = np.uint64(entry)
+    scratch[SV + n] = value
+    scratch[SF + n] = fp
     n += 1
-    seeds[b] = np.uint8(sigma)
+    st.seeds[b] = np.uint8(sigma)
+    slot_seed = st.params[P_SLOT_SEED]
     for i in range(n):
         k = scratch[SK + i]
         p = b * 4 + slot_of(k, slot_seed, np.uint64(sigma))
         skeys[p] = k
         sentry[p] = np.int64(scratch[SE + i])
         put_value(values, wide, p, scratch[SV + i])
-        put_fp(fps, fb, p, scratch[SF + i])
-    set_full(bfull, b, n == 4)
-    mark_bucket(bdirty, blist, meta, b)
+        put_fp(fps, fp_bits, p, scratch[SF + i])
+    set_full(st.bfull, b, n == 4)
+    mark_bucket(st, b)
 
 
 @inlined
-def root_path(
-    skeys: U64, seeds: U8, scratch: U64, slot_seed: np.uint64, key: np.uint64, b0: Int, b1: Int
-) -> Int:
+def root_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
     """The common case: a root (b0 first) has a free slot. Path length 1, or 0 (both full)."""
     for r in range(2):
         root = b0 if r == 0 else b1
-        if count(skeys, root) < 4:
-            sigma = choose_seed(skeys, seeds, scratch, slot_seed, root, -1, key)
+        if count(st.skeys, root) < 4:
+            sigma = choose_seed(st, root, -1, key)
             if sigma < 0:
                 continue
-            scratch[PB] = np.uint64(root)
-            scratch[PS] = np.uint64(sigma)
+            st.scratch[PB] = np.uint64(root)
+            st.scratch[PS] = np.uint64(sigma)
             return 1
     return 0
 
 
 @inlined
-def bfs_path(
-    params: U64,
-    skeys: U64,
-    sentry: I32,
-    values: U32,
-    fps: U8,
-    seeds: U8,
-    scratch: U64,
-    meta: I64,
-    mark: I32,
-    bfull: U64,
-    qbucket: I32,
-    qparent: I32,
-    qslot: I32,
-    qdepth: I32,
-    qalt: I32,
-    key: np.uint64,
-    b0: Int,
-    b1: Int,
-) -> Int:
+def bfs_path(st: TableState, key: np.uint64, b0: Int, b1: Int) -> Int:
     """BFS (depth <= 5, visited set) for a bucket with room; writes the path into scratch.
 
     Returns the path length d or 0 if there is none or a seed search on the path fails. Path
@@ -272,7 +243,9 @@ def bfs_path(
     for the next level, and the last level queues none. ``M_BFS_NODES`` counts the buckets
     queued (the roots, the full children expanded, the one found).
     """
-    bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
+    skeys, scratch, meta, mark, bfull = st.skeys, st.scratch, st.meta, st.mark, st.bfull
+    qbucket, qparent, qslot, qdepth, qalt = st.qbucket, st.qparent, st.qslot, st.qdepth, st.qalt
+    bucket_seed, n_buckets = st.params[P_BUCKET_SEED], st.params[P_BUCKETS]
     if meta[M_STAMP] >= STAMP_LIMIT:  # int32 marks: start over before the stamp would wrap
         mark[:] = 0
         meta[M_STAMP] = 0
@@ -340,8 +313,8 @@ def bfs_path(
         return 0
     d = qdepth[found]
     node = found
-    vw = 2 if params[4] == 64 else 1
-    fw = np.int64(params[5]) // 8
+    value_words = 2 if st.params[P_VALUE_BITS] == 64 else 1
+    fp_bytes = np.int64(st.params[P_FP_BITS]) // 8
     for i in range(d - 1, -1, -1):
         x = qbucket[node]
         scratch[PB + i] = np.uint64(x)
@@ -350,17 +323,17 @@ def bfs_path(
         node = qparent[node]
         # the seed search and the moves below read these lines: start their misses together
         prefetch(skeys, x * 4)
-        prefetch(sentry, x * 4)
-        prefetch(values, x * 4 * vw)
-        prefetch(seeds, x)
-        if fw > 0:
-            prefetch(fps, x * 4 * fw)
+        prefetch(st.sentry, x * 4)
+        prefetch(st.values, x * 4 * value_words)
+        prefetch(st.seeds, x)
+        if fp_bytes > 0:
+            prefetch(st.fps, x * 4 * fp_bytes)
     # incoming key of bucket i is the key leaving bucket i-1 (or the new key for i = 0)
     for i in range(d):
         x = np.int64(scratch[PB + i])
         drop = np.int64(scratch[PD + i]) if i < d - 1 else -1
         incoming = key if i == 0 else skeys[np.int64(scratch[PD + i - 1])]
-        sigma = choose_seed(skeys, seeds, scratch, slot_seed, x, drop, incoming)
+        sigma = choose_seed(st, x, drop, incoming)
         if sigma < 0:
             return 0
         scratch[PS + i] = np.uint64(sigma)

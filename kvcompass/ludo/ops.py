@@ -13,25 +13,19 @@ after the rebuild tries; the op IS applied to the buckets, the locator is incons
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
 
 from kvcompass.ludo.cuckoo import bfs_path, find, get_value, mark_bucket, put_value, root_path
 from kvcompass.ludo.hashing import Int, bucket_pair
 from kvcompass.ludo.jit import inlined, kernel
-from kvcompass.ludo.othello import rebuild_arrays
+from kvcompass.ludo.othello import rebuild
+from kvcompass.ludo.params import P_BUCKET_SEED, P_BUCKETS, P_VALUE_BITS
 from kvcompass.ludo.placement import place, prefetch_moves, prefetch_op, remove_at
 from kvcompass.ludo.prefetch import prefetch
-from kvcompass.ludo.state import EMPTY, M_LIVE, M_MAXLIVE, TableState, unpack
+from kvcompass.ludo.state import EMPTY, M_LIVE, M_MAXLIVE, U32, U64, TableState, unpack
 
 OK, FULL, NO_PLACE, LOCATOR = 0, 1, 2, 3
 _ZERO = np.uint64(0)
 AHEAD = 6  # operations between a prefetch and its use
-
-I32 = NDArray[np.int32]
-I64 = NDArray[np.int64]
-U8 = NDArray[np.uint8]
-U32 = NDArray[np.uint32]
-U64 = NDArray[np.uint64]
 
 
 @kernel
@@ -61,124 +55,45 @@ def apply_ops(
     stop: Int,
 ) -> tuple[Int, Int]:
     """``update_batch`` over an unpacked state (inlined into its callers: no argument copies)."""
-    params, skeys, sentry, values, fps, seeds = (
-        st.params,
-        st.skeys,
-        st.sentry,
-        st.values,
-        st.fps,
-        st.seeds,
-    )
-    scratch, bdirty, blist, meta, free_entries = (
-        st.scratch,
-        st.bdirty,
-        st.blist,
-        st.meta,
-        st.free_entries,
-    )
-    loc, head, half, wdirty, wlist = st.locator, st.head, st.half, st.wdirty, st.wlist
-    stack, via, seen, mark, rng = st.stack, st.via, st.seen, st.mark, st.rng
-    qbucket, qparent, qslot, qdepth, qalt = st.qbucket, st.qparent, st.qslot, st.qdepth, st.qalt
-    bfull = st.bfull
-    wide = params[4] == 64
-    vw = 2 if wide else 1
-    fb = np.int64(params[5])
-    bucket_seed, n_buckets, slot_seed = params[6], params[1], params[8]
+    params, meta, values, sentry = st.params, st.meta, st.values, st.sentry
+    wide = params[P_VALUE_BITS] == 64
+    value_words = 2 if wide else 1
+    bucket_seed, n_buckets = params[P_BUCKET_SEED], params[P_BUCKETS]
     n = stop
     for i in range(start, n):
         if i + AHEAD < n:
-            prefetch_op(params, skeys, sentry, values, fps, seeds, loc, head, keys[i + AHEAD])
+            prefetch_op(st, keys[i + AHEAD])
         for stage in range(1, 3):  # ops i+2 then i+1: the locator lines a cuckoo move reads
             j = i + 3 - stage
             if j < n and set_bits[j] != _ZERO:
-                prefetch_moves(params, skeys, sentry, half, head, bfull, keys[j], stage)
+                prefetch_moves(st, keys[j], stage)
         key = keys[i]
         b0, b1 = bucket_pair(key, bucket_seed, n_buckets)
         # Both candidates' value, entry and dirty-flag lines, before find() waits for the keys:
         # a lone op (nothing prefetched ahead) then pays one round of cache misses, not two.
         # Already-cached lines (the batched path) make these near free.
         for b in (b0, b1):
-            prefetch(values, b * 4 * vw)
+            prefetch(values, b * 4 * value_words)
             prefetch(sentry, b * 4)
-            prefetch(bdirty, b)
-        pos = find(skeys, key, b0, b1)
+            prefetch(st.bdirty, b)
+        pos = find(st.skeys, key, b0, b1)
         cur = get_value(values, wide, pos) if pos >= 0 else _ZERO
         nv = (cur & ~clear_masks[i]) | set_bits[i]
         if pos >= 0:
             if nv == _ZERO:
-                remove_at(
-                    skeys,
-                    sentry,
-                    values,
-                    fps,
-                    bdirty,
-                    blist,
-                    meta,
-                    free_entries,
-                    head,
-                    half,
-                    bfull,
-                    wide,
-                    fb,
-                    pos,
-                )
+                remove_at(st, pos)
             elif nv != cur:
                 put_value(values, wide, pos, nv)
-                mark_bucket(bdirty, blist, meta, pos >> 2)
+                mark_bucket(st, pos >> 2)
         elif nv != _ZERO:
             if meta[M_LIVE] >= meta[M_MAXLIVE]:
                 return FULL, i
-            d = root_path(skeys, seeds, scratch, slot_seed, key, b0, b1)
+            d = root_path(st, key, b0, b1)
             if d == 0:
-                d = bfs_path(
-                    params,
-                    skeys,
-                    sentry,
-                    values,
-                    fps,
-                    seeds,
-                    scratch,
-                    meta,
-                    mark,
-                    bfull,
-                    qbucket,
-                    qparent,
-                    qslot,
-                    qdepth,
-                    qalt,
-                    key,
-                    b0,
-                    b1,
-                )
+                d = bfs_path(st, key, b0, b1)
                 if d == 0:
                     return NO_PLACE, i
-            if not place(
-                params,
-                skeys,
-                sentry,
-                values,
-                fps,
-                seeds,
-                scratch,
-                bdirty,
-                blist,
-                meta,
-                free_entries,
-                loc,
-                head,
-                half,
-                wdirty,
-                wlist,
-                stack,
-                via,
-                seen,
-                bfull,
-                key,
-                nv,
-                d,
-            ) and not rebuild_arrays(
-                params, meta, loc, head, half, skeys, sentry, wdirty, wlist, stack, via, seen, rng
-            ):
+            if not place(st, key, nv, d) and not rebuild(st.mem):
                 return LOCATOR, i
     return OK, n
 
@@ -187,43 +102,25 @@ def apply_ops(
 def clear_all(mem: U64, mask: np.uint64) -> None:
     """``v &= ~mask`` for every live key; keys whose value becomes 0 are removed."""
     st = unpack(mem)
-    params, skeys, sentry, values, fps = st.params, st.skeys, st.sentry, st.values, st.fps
-    bdirty, blist, meta, free_entries = st.bdirty, st.blist, st.meta, st.free_entries
-    head, half, bfull = st.head, st.half, st.bfull
-    wide = params[4] == 64
-    fb = np.int64(params[5])
+    skeys, values = st.skeys, st.values
+    wide = st.params[P_VALUE_BITS] == 64
     for pos in range(skeys.shape[0]):
         if skeys[pos] == EMPTY:
             continue
         cur = get_value(values, wide, pos)
         nv = cur & ~mask
         if nv == _ZERO:
-            remove_at(
-                skeys,
-                sentry,
-                values,
-                fps,
-                bdirty,
-                blist,
-                meta,
-                free_entries,
-                head,
-                half,
-                bfull,
-                wide,
-                fb,
-                pos,
-            )
+            remove_at(st, pos)
         elif nv != cur:
             put_value(values, wide, pos, nv)
-            mark_bucket(bdirty, blist, meta, pos >> 2)
+            mark_bucket(st, pos >> 2)
 
 
 @kernel
 def get_batch(params: U64, skeys: U64, values: U32, keys: U64, out: U64) -> None:
     """Exact values (0 = absent) from the keyed side (three arrays: cheap to dispatch)."""
-    wide = params[4] == 64
+    wide = params[P_VALUE_BITS] == 64
     for i in range(keys.shape[0]):
-        b0, b1 = bucket_pair(keys[i], params[6], params[1])
+        b0, b1 = bucket_pair(keys[i], params[P_BUCKET_SEED], params[P_BUCKETS])
         pos = find(skeys, keys[i], b0, b1)
         out[i] = get_value(values, wide, pos) if pos >= 0 else _ZERO

@@ -16,21 +16,37 @@ no relabelling (a union-find with labels must re-walk one side on every delete).
 side is also the one flipped, so the emitted word images stay few. Every changed cell marks its
 64-bit word dirty (an image for the view).
 
-The hot functions take the arrays they use explicitly (``loc, head, half, wdirty, wlist, meta,
-stack, via, seen`` — see ``state.py``) rather than the ``TableState`` tuple: numba reference-counts
-every member of a tuple argument at each non-inlined call, and those atomic updates serialise the
-cache misses this code is bound by.
+Calling convention: that of ``cuckoo.py`` (structure helpers take the unpacked ``TableState``
+``st``; the locator is ``st.locator``, its nodes' list heads ``st.head``, half-edges ``st.half``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
 
 from kvcompass.ludo.hashing import Int, bucket_pair, locator_cells, mix64
 from kvcompass.ludo.jit import inlined, kernel
+from kvcompass.ludo.params import (
+    P_BUCKET_SEED,
+    P_BUCKETS,
+    P_LOCATOR_SEED,
+    P_MA,
+    P_MB,
+)
 from kvcompass.ludo.prefetch import prefetch
-from kvcompass.ludo.state import EMPTY, M_ALLW, M_NW, M_REBUILDS, M_SEEN, M_WALKED, M_WALKS, unpack
+from kvcompass.ludo.state import (
+    EMPTY,
+    I32,
+    M_ALLW,
+    M_NW,
+    M_REBUILDS,
+    M_SEEN,
+    M_WALKED,
+    M_WALKS,
+    U64,
+    TableState,
+    unpack,
+)
 from kvcompass.mix import GOLDEN
 
 MAX_REBUILD_TRIES = 64
@@ -40,11 +56,6 @@ _S6 = np.uint64(6)
 _M63 = np.uint64(63)
 _GOLDEN = GOLDEN
 
-I32 = NDArray[np.int32]
-U64 = NDArray[np.uint64]
-U8 = NDArray[np.uint8]
-I64 = NDArray[np.int64]
-
 
 @kernel
 def cell(loc: U64, c: Int) -> np.uint64:
@@ -53,23 +64,25 @@ def cell(loc: U64, c: Int) -> np.uint64:
 
 
 @inlined
-def flip_cell(loc: U64, wdirty: U8, wlist: I32, meta: I64, c: Int) -> None:
+def flip_cell(st: TableState, c: Int) -> None:
+    """Flip locator cell ``c``; list its word as dirty (once per call)."""
     cc = np.uint64(c)
     w = np.int64(cc >> _S6)
-    loc[w] ^= _ONE << (cc & _M63)
-    if wdirty[w] == 0:
-        wdirty[w] = 1
-        wlist[meta[M_NW]] = w
-        meta[M_NW] += 1
+    st.locator[w] ^= _ONE << (cc & _M63)
+    if st.wdirty[w] == 0:
+        st.wdirty[w] = 1
+        st.wlist[st.meta[M_NW]] = w
+        st.meta[M_NW] += 1
 
 
 @inlined
-def _step(head: I32, half: I32, stack: I32, via: I32, base: Int, top: Int, target: Int) -> Int:
+def _step(st: TableState, base: Int, top: Int, target: Int) -> Int:
     """Pop one node of the side whose stack starts at ``base``; push its children.
 
     Returns the new stack top, or -1 if a child is ``target`` (the endpoints are connected).
     A tree has no cycles, so skipping the edge a node was reached by never revisits a node.
     """
+    head, half, stack, via = st.head, st.half, st.stack, st.via
     top -= 1
     node = stack[base + top]
     came = via[base + top]
@@ -88,16 +101,15 @@ def _step(head: I32, half: I32, stack: I32, via: I32, base: Int, top: Int, targe
 
 
 @inlined
-def two_sided_walk(
-    head: I32, half: I32, stack: I32, via: I32, seen: I32, meta: I64, u: Int, w: Int, skip: Int
-) -> Int:
+def two_sided_walk(st: TableState, u: Int, w: Int, skip: Int) -> Int:
     """Walk the trees of ``u`` and ``w`` (never crossing edge ``skip``) alternately.
 
     Returns ``CONNECTED`` if one walk reaches the other endpoint, else ``SIDE_A`` / ``SIDE_B``:
     the side exhausted first (the smaller or equal one), whose nodes are then
     ``seen[base : base + meta[M_SEEN]]`` with ``base = 0`` (A) or ``N`` (B).
     """
-    n = head.shape[0]
+    stack, via, seen, meta = st.stack, st.via, st.seen, st.meta
+    n = st.head.shape[0]
     meta[M_WALKS] += 1
     stack[0] = u
     via[0] = skip
@@ -111,7 +123,7 @@ def two_sided_walk(
         seen[seen_a] = stack[top_a - 1]
         seen_a += 1
         meta[M_WALKED] += 2
-        top_a = _step(head, half, stack, via, 0, top_a, w)
+        top_a = _step(st, 0, top_a, w)
         if top_a < 0:
             return CONNECTED
         if top_a == 0:
@@ -119,7 +131,7 @@ def two_sided_walk(
             return SIDE_A
         seen[n + seen_b] = stack[n + top_b - 1]
         seen_b += 1
-        top_b = _step(head, half, stack, via, n, top_b, u)
+        top_b = _step(st, n, top_b, u)
         if top_b < 0:
             return CONNECTED
         if top_b == 0:
@@ -128,10 +140,11 @@ def two_sided_walk(
 
 
 @inlined
-def _flip_side(loc: U64, wdirty: U8, wlist: I32, meta: I64, seen: I32, n: Int, side: Int) -> None:
-    base: Int = 0 if side == SIDE_A else n
-    for i in range(meta[M_SEEN]):
-        flip_cell(loc, wdirty, wlist, meta, np.int64(seen[base + i]))
+def _flip_side(st: TableState, side: Int) -> None:
+    """Flip every cell of the side ``two_sided_walk`` listed (``SIDE_A`` or ``SIDE_B``)."""
+    base: Int = 0 if side == SIDE_A else st.head.shape[0]
+    for i in range(st.meta[M_SEEN]):
+        flip_cell(st, np.int64(st.seen[base + i]))
 
 
 @inlined
@@ -158,75 +171,50 @@ def _unlink(head: I32, half: I32, h: Int, node: Int) -> None:
 
 
 @inlined
-def add_edge(
-    loc: U64,
-    head: I32,
-    half: I32,
-    wdirty: U8,
-    wlist: I32,
-    meta: I64,
-    stack: I32,
-    via: I32,
-    seen: I32,
-    e: Int,
-    u: Int,
-    w: Int,
-    want: Int,
-) -> bool:
+def add_edge(st: TableState, e: Int, u: Int, w: Int, want: Int) -> bool:
     """Add entry ``e`` as edge ``(u, w)`` with bit ``want``; False (no change) on a cycle."""
-    flip = (cell(loc, u) ^ cell(loc, w)) != np.uint64(want)
+    head = st.head
+    flip = (cell(st.locator, u) ^ cell(st.locator, w)) != np.uint64(want)
     if head[u] == -1:  # isolated endpoint: its own one-node side
         if flip:
-            flip_cell(loc, wdirty, wlist, meta, u)
+            flip_cell(st, u)
     elif head[w] == -1:
         if flip:
-            flip_cell(loc, wdirty, wlist, meta, w)
+            flip_cell(st, w)
     else:
-        side = two_sided_walk(head, half, stack, via, seen, meta, u, w, -1)
+        side = two_sided_walk(st, u, w, -1)
         if side == CONNECTED:
             return False
         if flip:
-            _flip_side(loc, wdirty, wlist, meta, seen, head.shape[0], side)
-    _link(head, half, 2 * e, u, w)
-    _link(head, half, 2 * e + 1, w, u)
+            _flip_side(st, side)
+    _link(head, st.half, 2 * e, u, w)
+    _link(head, st.half, 2 * e + 1, w, u)
     return True
 
 
 @inlined
-def remove_edge(head: I32, half: I32, e: Int) -> None:
+def remove_edge(st: TableState, e: Int) -> None:
     """Remove entry ``e``'s edge; no cell changes (the view needs no locator image)."""
+    head, half = st.head, st.half
     _unlink(head, half, 2 * e, half[3 * (2 * e + 1) + 2])
     _unlink(head, half, 2 * e + 1, half[3 * (2 * e) + 2])
 
 
 @inlined
-def set_bit(
-    loc: U64,
-    head: I32,
-    half: I32,
-    wdirty: U8,
-    wlist: I32,
-    meta: I64,
-    stack: I32,
-    via: I32,
-    seen: I32,
-    e: Int,
-    want: Int,
-) -> None:
+def set_bit(st: TableState, e: Int, want: Int) -> None:
     """Make entry ``e``'s locator bit ``want`` by flipping the smaller half tree beside it."""
-    u = half[3 * (2 * e + 1) + 2]
-    w = half[3 * (2 * e) + 2]
-    prefetch(head, u)
-    prefetch(head, w)
-    if (cell(loc, u) ^ cell(loc, w)) != np.uint64(want):
-        side = two_sided_walk(head, half, stack, via, seen, meta, u, w, e)
-        _flip_side(loc, wdirty, wlist, meta, seen, head.shape[0], side)
+    u = st.half[3 * (2 * e + 1) + 2]
+    w = st.half[3 * (2 * e) + 2]
+    prefetch(st.head, u)
+    prefetch(st.head, w)
+    if (cell(st.locator, u) ^ cell(st.locator, w)) != np.uint64(want):
+        _flip_side(st, two_sided_walk(st, u, w, e))
 
 
 @kernel
 def want_bit(params: U64, key: np.uint64, bucket: Int) -> Int:
     """Locator bit a key in ``bucket`` needs: 1 iff it is ``b1`` (and ``b1 != b0``)."""
-    b0, b1 = bucket_pair(key, params[6], params[1])
+    b0, b1 = bucket_pair(key, params[P_BUCKET_SEED], params[P_BUCKETS])
     return 1 if bucket == b1 and b1 != b0 else 0
 
 
@@ -239,61 +227,26 @@ def next_seed(rng: U64) -> np.uint64:
 
 @kernel
 def rebuild(mem: U64) -> bool:
-    """Rebuild the Othello over all live entries with fresh seeds (see ``rebuild_arrays``)."""
-    st = unpack(mem)
-    return rebuild_arrays(
-        st.params,
-        st.meta,
-        st.locator,
-        st.head,
-        st.half,
-        st.skeys,
-        st.sentry,
-        st.wdirty,
-        st.wlist,
-        st.stack,
-        st.via,
-        st.seen,
-        st.rng,
-    )
-
-
-@kernel
-def rebuild_arrays(
-    params: U64,
-    meta: I64,
-    loc: U64,
-    head: I32,
-    half: I32,
-    skeys: U64,
-    sentry: I32,
-    wdirty: U8,
-    wlist: I32,
-    stack: I32,
-    via: I32,
-    seen: I32,
-    rng: U64,
-) -> bool:
     """Rebuild the Othello over all live entries with fresh seeds until acyclic (bounded tries).
 
-    On success every locator word becomes an image (``M_ALLW``) and ``params[7]`` holds the new
-    seed. On failure (False) the locator is inconsistent and the caller must grow the table.
+    On success every locator word becomes an image (``M_ALLW``) and ``params[P_LOCATOR_SEED]``
+    holds the new seed. On failure (False) the locator is inconsistent and the caller must grow
+    the table. Its own kernel (not inlined into ``ops.update_batch``): rare, and long.
     """
+    st = unpack(mem)
+    params, meta, skeys = st.params, st.meta, st.skeys
     for _ in range(MAX_REBUILD_TRIES):
-        params[7] = next_seed(rng)
+        params[P_LOCATOR_SEED] = next_seed(st.rng)
         meta[M_REBUILDS] += 1
-        loc[:] = 0
-        head[:] = -1
+        st.locator[:] = 0
+        st.head[:] = -1
         ok = True
         for pos in range(skeys.shape[0]):
             key = skeys[pos]
             if key == EMPTY:
                 continue
-            a, b = locator_cells(key, params[7], params[2], params[3])
-            want = want_bit(params, key, pos >> 2)
-            if not add_edge(
-                loc, head, half, wdirty, wlist, meta, stack, via, seen, sentry[pos], a, b, want
-            ):
+            a, b = locator_cells(key, params[P_LOCATOR_SEED], params[P_MA], params[P_MB])
+            if not add_edge(st, st.sentry[pos], a, b, want_bit(params, key, pos >> 2)):
                 ok = False
                 break
         if ok:

@@ -3,7 +3,7 @@
 Owns: ``prefetch(array, index)`` — a hint that ``array[index]`` will be read soon; it never faults
 and has no effect on results. Batched kernels issue it a few operations ahead so the cache misses
 of consecutive operations overlap instead of queueing one after another. Must not: be used for
-anything that affects results.
+anything that affects results. With the JIT off it is a no-op Python function.
 """
 
 from __future__ import annotations
@@ -13,13 +13,18 @@ from typing import Any, cast
 
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+
+from kvcompass.ludo.jit import with_python_twin
 
 _cg: Any = cgutils  # numba's codegen helpers are untyped
 _ir: Any = _cg.ir
 
 
-@intrinsic
+def _prefetch_py(arr: Any, idx: Any) -> None:
+    """JIT off: a hint has nothing to do."""
+
+
+@with_python_twin(_prefetch_py)
 def _prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:
     """``prefetch(arr, i)``: hint that ``arr[i]`` (1-D array, integer index) is read soon."""
     sig = types.void(arr, idx)
@@ -40,4 +45,4 @@ def _prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:
 
 
 prefetch = cast(Callable[[Any, Any], None], _prefetch)
-"""``prefetch(arr, i)`` (typed alias of the intrinsic, usable only inside njit code)."""
+"""``prefetch(arr, i)`` (typed alias of the intrinsic; its no-op twin when the JIT is off)."""

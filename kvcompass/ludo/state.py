@@ -2,8 +2,9 @@
 
 Owns: ``TableState`` (a NamedTuple of numpy arrays, all views of ONE ``uint64`` buffer ``mem``),
 its allocation, and ``unpack(mem)``, which rebuilds the tuple inside a kernel. Must not: contain
-logic beyond allocation; the kernels in ``cuckoo.py``, ``othello.py`` and ``ops.py`` are the only
-writers.
+logic beyond allocation; the kernels in ``cuckoo.py``, ``othello.py``, ``placement.py`` and
+``ops.py`` are the only writers. They pass the unpacked tuple (``st``) to one another: inlined and
+without numba's reference counting, that costs nothing (``cuckoo.py``, "Calling convention").
 
 Why one buffer: numba passes every array argument as 7 machine words, and an empty call of the
 operation kernel with the 26 arrays cost 180-290 ns (measured on the 2-vCPU dev VM), a Python call
@@ -22,7 +23,8 @@ count of field ``i`` of ``FIELDS`` (TableState order); every field starts on a 6
 Layout, with ``B`` buckets, ``S = 4B`` slots, ``E = S`` entry ids, ``N = ma + mb`` locator cells:
 
 * view part (exactly ``ViewArrays``): ``seeds``, ``values``, ``fps``, ``locator``; ``params`` is
-  ``LudoParams.to_array()`` (the kernels rewrite index 7, the locator seed, on a rebuild).
+  ``LudoParams.to_array()``, read by the ``params.P_*`` names (the kernels rewrite
+  ``P_LOCATOR_SEED`` on a rebuild).
 * cuckoo: ``skeys[S]`` the key in each slot (``EMPTY = 2**64 - 1`` marks a free slot: keys are
   < 2**63), ``sentry[S]`` its entry id. A key sits at view slot ``slot_of(key, seeds[b])`` of its
   bucket, so bucket images are direct copies.
@@ -49,7 +51,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.ludo.jit import inlined, view_of
-from kvcompass.ludo.params import LudoParams
+from kvcompass.ludo.params import PARAMS_LEN, LudoParams
 
 M_LIVE = 0  # live keys
 M_FREE_E = 1  # entries on the free stack
@@ -69,6 +71,14 @@ M_WALKS = 14  # two-sided locator walks (statistics)
 META_LEN = 16
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 QUEUE_LEN = 1024  # BFS of depth 5 from 2 roots visits at most 2+8+32+128+512 = 682 buckets
+
+
+# The kernels' array annotations (numba ignores them; mypy and readers do not).
+I32 = NDArray[np.int32]
+I64 = NDArray[np.int64]
+U8 = NDArray[np.uint8]
+U32 = NDArray[np.uint32]
+U64 = NDArray[np.uint64]
 
 
 class TableState(NamedTuple):
@@ -115,7 +125,7 @@ def _sizes(params: LudoParams) -> dict[str, tuple[type[np.generic], int]]:
     nb = params.n_buckets
     i32, u8 = np.int32, np.uint8
     return {
-        "params": (np.uint64, 10),
+        "params": (np.uint64, PARAMS_LEN),
         "seeds": (u8, nb),
         "values": (np.uint32, n_slots * params.value_words),
         "fps": (u8, n_slots * params.fp_bytes),
@@ -164,7 +174,7 @@ def allocate_state(params: LudoParams, max_live: int, rng_seed: int) -> TableSta
         mem[2 * i + 1] = n
         arrays[name] = mem[at : at + words[i]].view(dt)[:n]
         at += words[i]
-    st = TableState(mem=mem, **arrays)  # type: ignore[arg-type]
+    st = TableState._make([*(arrays[name] for name in FIELDS), mem])
     st.params[:] = params.to_array()
     st.skeys[:] = EMPTY
     st.sentry[:] = -1

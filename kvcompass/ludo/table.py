@@ -9,6 +9,7 @@ constructor's seeded generator (determinism: same seed + same ops -> same patche
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -16,7 +17,7 @@ from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
 from kvcompass.ludo import ops
-from kvcompass.ludo.params import LudoParams
+from kvcompass.ludo.params import P_FP_BITS, P_VALUE_BITS, LudoParams
 from kvcompass.ludo.patches import PatchBatch, batch_from_arrays
 from kvcompass.ludo.state import (
     EMPTY,
@@ -33,6 +34,7 @@ from kvcompass.ludo.state import (
     M_WALKS,
     TableState,
     allocate_state,
+    unpack,
 )
 from kvcompass.ludo.view import ViewArrays, check_keys
 
@@ -284,44 +286,35 @@ class LudoTable:
         # The per-call path: one njit pass does the sorts, the copies and the dirty reset that
         # ``batch_from_arrays`` + ``_reset_dirty`` do with ~15 numpy calls.
         p = self._params
-        buckets, seeds, vals, fpv, words, wvals = _dirty_images(
-            st.bdirty,
-            st.blist,
-            st.wdirty,
-            st.wlist,
-            st.meta,
-            st.seeds,
-            st.values,
-            st.fps,
-            st.locator,
-            p.value_words,
-            p.fp_bytes,
-        )
+        buckets, seeds, vals, fpv, words, wvals = _dirty_images(st.mem)
         if buckets.shape[0] == 0 and words.shape[0] == 0:
             return PatchBatch.empty(p)
         return PatchBatch(p, False, buckets, seeds, vals, fpv, words, wvals, False)
 
 
 @njit(cache=True)
-def _dirty_images(  # type: ignore[no-untyped-def]
-    bdirty, blist, wdirty, wlist, meta, seeds, values, fps, locator, value_words, fp_bytes
-):
+def _dirty_images(mem: NDArray[np.uint64]) -> tuple[NDArray[Any], ...]:
     """Images of the dirty buckets and words (ascending ids), then clear the dirty sets.
 
     Exactly ``batch_from_arrays(..., sorted dirty lists)`` followed by ``_reset_dirty`` for a
-    batch without a header (the twin: ``tests/naive.py::ludo_dirty_images``).
+    batch without a header (the twin: ``tests/naive.py::ludo_dirty_images``). Takes the state
+    buffer alone: one array to unbox per call (this runs once per ``update``).
     """
+    st = unpack(mem)
+    meta, seeds, values, fps, locator = st.meta, st.seeds, st.values, st.fps, st.locator
+    value_words = np.int64(st.params[P_VALUE_BITS]) // 32
+    fp_bytes = np.int64(st.params[P_FP_BITS]) // 8
     nb = meta[M_NB]
     nw = meta[M_NW]
-    buckets = np.sort(blist[:nb]).astype(np.int64)
-    words = np.sort(wlist[:nw]).astype(np.int64)
+    buckets = np.sort(st.blist[:nb]).astype(np.int64)
+    words = np.sort(st.wlist[:nw]).astype(np.int64)
     bseeds = np.empty(nb, np.uint8)
     vals = np.empty((nb, 4), np.uint64)
     fpv = np.zeros((nb, 4), np.uint16)
     for i in range(nb):
         b = buckets[i]
         bseeds[i] = seeds[b]
-        bdirty[b] = 0
+        st.bdirty[b] = 0
         for s in range(4):
             slot = 4 * b + s
             if value_words == 1:
@@ -339,7 +332,7 @@ def _dirty_images(  # type: ignore[no-untyped-def]
     wvals = np.empty(nw, np.uint64)
     for i in range(nw):
         wvals[i] = locator[words[i]]
-        wdirty[words[i]] = 0
+        st.wdirty[words[i]] = 0
     meta[M_NB] = 0
     meta[M_NW] = 0
     meta[M_ALLW] = 0

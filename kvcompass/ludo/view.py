@@ -1,9 +1,9 @@
 """The keyless Ludo view (edge side): arrays only, in memory or over an mmap'd file.
 
 Owns: ``ViewArrays`` (the layout, documented in ``kernels.py``) and ``LudoView`` (validating
-wrappers around the lookup and patch-apply kernels). Must not: hold keys, open files (the lead's
-``view_file`` maps ``ViewArrays`` onto a file), or decide when an epoch is switched (the caller
-builds a new view for a new epoch and keeps the old one serving until ``committed``).
+wrappers around the lookup and patch-apply kernels). Must not: hold keys, open files
+(``wire.view_files`` maps ``ViewArrays`` onto a file), or decide when an epoch is switched (the
+caller builds a new view for a new epoch and keeps the old one serving until ``committed``).
 """
 
 from __future__ import annotations
@@ -155,12 +155,18 @@ class LudoView:
                 f"batch epoch: expected {self._params.epoch} (this view), got {p.epoch}; "
                 "build a new LudoView for a new epoch"
             )
-        if not _same_sizes(p, self._params):
+        if p is not self._params and not _same_sizes(p, self._params):
             raise InvalidInputError(f"batch params: expected sizes of {self._params}, got {p}")
         if not checked:
             self._check_batch(batch)
         a = self._arrays
-        if not all(x.flags.writeable for x in (a.seeds, a.values, a.fps, a.locator)):
+        # one plain ``and`` chain: this runs once per view per patch in the simulator
+        if not (
+            a.seeds.flags.writeable
+            and a.values.flags.writeable
+            and a.fps.flags.writeable
+            and a.locator.flags.writeable
+        ):
             raise InvalidInputError("view arrays: expected writable arrays to apply, got read-only")
         if batch.header:
             self._params = p
@@ -216,9 +222,16 @@ class LudoView:
 
 
 @njit(cache=True)
-def _batch_problem(  # type: ignore[no-untyped-def]
-    bucket_ids, n_buckets, word_ids, n_words, values, values_32, fps, fps_8
-):
+def _batch_problem(
+    bucket_ids: NDArray[np.int64],
+    n_buckets: int,
+    word_ids: NDArray[np.int64],
+    n_words: int,
+    values: NDArray[np.uint64],
+    values_32: bool,
+    fps: NDArray[np.uint16],
+    fps_8: bool,
+) -> int:
     """0, or the first failed check of ``_check_batch`` (1 bucket id, 2 word id, 3 value, 4 fp).
 
     One pass instead of six numpy reductions: every patch an edge applies goes through here.

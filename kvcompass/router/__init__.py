@@ -9,7 +9,7 @@ from kvcompass.router.belief import CacheBelief
 from kvcompass.router.config import RouterConfig
 from kvcompass.router.decision import Decision, ScoreTerms
 from kvcompass.router.hot_prefix import HotPrefixTracker, MigrationMode, MigrationRequest
-from kvcompass.router.inflight import InflightOverlay
+from kvcompass.router.pending import PendingHolders
 from kvcompass.router.queue_view import BroadcastSchedule, QueueView, broadcast_targets
 from kvcompass.router.router import QueueVector, Router
 from kvcompass.router.score import capacity_price, score_workers
@@ -19,9 +19,9 @@ __all__ = [
     "CacheBelief",
     "Decision",
     "HotPrefixTracker",
-    "InflightOverlay",
     "MigrationMode",
     "MigrationRequest",
+    "PendingHolders",
     "QueueVector",
     "QueueView",
     "Router",

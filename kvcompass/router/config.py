@@ -28,10 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvcompass import costs
 from kvcompass.errors import ConfigError
-
-LLAMA31_8B_BF16_KV_BYTES_PER_TOKEN = 32 * 8 * 128 * 2 * 2
-"""32 layers x 8 KV heads x 128 head dim x (K, V) x 2 bytes = 131072 bytes (128 KiB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +38,7 @@ class RouterConfig:
 
     Defaults: Δ = 100 ms, w = 0.5, λ_max = 8, H = 3, T_h = 1 s are the paper's (§5.1); γ is
     derived from Llama-3.1-8B BF16 over a 25 GB/s host↔device link; τ is derived in the module
-    docstring. The six booleans are the ablation switches of §5.4 plus the herding guard.
+    docstring. The booleans are the ablation switches of §5.4 plus the switches beyond the paper.
     """
 
     # Queue view (paper §3.4, §5.1).
@@ -57,9 +55,9 @@ class RouterConfig:
     tau_reference_match_tokens: int = 2048
     """m_ref of the τ derivation: the match whose M/G/1 crossover is where λ = 1."""
 
-    # DRAM reload cost γ = KV bytes per token / host↔device bandwidth.
-    kv_bytes_per_token: int = LLAMA31_8B_BF16_KV_BYTES_PER_TOKEN
-    host_device_bandwidth_bytes_per_s: float = 25e9
+    # DRAM reload cost γ = KV bytes per token / host↔device bandwidth (``kvcompass.costs``).
+    kv_bytes_per_token: int = costs.LLAMA31_8B_BF16_KV_BYTES_PER_TOKEN
+    host_device_bandwidth_bytes_per_s: float = costs.HOST_DEVICE_BYTES_PER_S
 
     # Cache belief (paper §3.4; the weight and prior are ours).
     belief_ewma_weight: float = 0.2
@@ -106,12 +104,19 @@ class RouterConfig:
     to its queue estimate, so one burst does not pile onto the same stale-idle worker."""
     use_belief: bool = True
     """False: b_r = 1 for every worker."""
-    inflight_work: bool = True
+    forward_ledger: bool = True
     """True (beyond the paper): the herding guard keeps each forward until a reading taken after
     it landed, and counts the forwards other edges report (``kvcompass.router.forwards``)."""
-    inflight_overlay: bool = True
+    pending_holders: bool = True
     """True (beyond the paper): a prompt this edge forwarded counts as held by its target until
-    the index can confirm it (``kvcompass.router.inflight``)."""
+    the index can confirm it (``kvcompass.router.pending``)."""
+
+    booking: bool = True
+    """True (beyond the paper): route-and-reserve. The edge of a region is the booking authority
+    of its workers: it books every forward it dispatches to them and retires it at its first
+    token (an exact queue model of its own region), and a request whose best worker is in
+    another region is relayed to that region's edge with a shortlist, which picks the worker
+    or refuses (``kvcompass.decider``). False: every decision is final at the origin edge."""
 
     def __post_init__(self) -> None:
         positive = {
@@ -161,9 +166,25 @@ class RouterConfig:
             )
 
     @property
+    def stale_vector_ms(self) -> float:
+        """A remote region's estimates are forgotten after this long without a vector: 10 Δ.
+        Every region sends one every Δ (or piggybacks one sooner), so ten missed in a row mean
+        the channel is broken; an estimate that old says nothing about the queue now."""
+        return 10.0 * self.broadcast_period_ms
+
+    @property
+    def max_clock_ahead_ms(self) -> float:
+        """How far in this edge's future a reading time may lie: Δ. Clocks of a deployment are
+        synchronised to a few ms (NTP/chrony; the simulator draws per-edge offsets of σ = 5 ms),
+        so a vector further ahead comes from a broken clock or a forged ``seq``."""
+        return self.broadcast_period_ms
+
+    @property
     def gamma_ms_per_token(self) -> float:
         """γ: ms to reload one token's KV from host DRAM (Llama-3.1-8B, 25 GB/s: 0.00524)."""
-        return self.kv_bytes_per_token / self.host_device_bandwidth_bytes_per_s * 1e3
+        return costs.transfer_ms_per_token(
+            self.kv_bytes_per_token, self.host_device_bandwidth_bytes_per_s
+        )
 
     def resolve_tau_ms(self, median_beta_ms_per_token: float) -> float:
         """τ for a pool whose median prefill cost is ``median_beta_ms_per_token``."""

@@ -1,6 +1,6 @@
 """Hot-prefix tracker: when to ask for a KV replica in the edge's region (paper §3.4 Insert).
 
-Owns per-family miss history, the in-flight/cooldown bookkeeping and the choice of source and
+Owns per-family miss history, the under-way/cooldown bookkeeping and the choice of source and
 target; returns ``MigrationRequest``s as data. It must not move anything or read a clock: the
 shell performs the copy/recompute and reports completion with ``complete``.
 
@@ -17,13 +17,13 @@ Definitions (one edge, origin region o; a *family* is the caller's first-level k
   or a miss lost for another reason, or a request with no local holder resets the streak.
   Trigger at H consecutive losses within the window.
 - Target: a worker of o, persistently idle (estimated queue <= eps for >= idle_min, nothing
-  forwarded since), holding no match, not the target of an in-flight migration; longest-idle
+  forwarded since), holding no match, not the target of a migration under way; longest-idle
   first, then lowest id. None idle: no request, history kept, the next miss retries.
 - Source and mode: A → the remote holder, CROSS_REGION_RECOMPUTE (the edge ships the prompt's
   first ``prefix_tokens`` tokens; KV tensors do not cross the WAN). B → the local holder,
   INTRA_REGION_COPY. Tier: always DRAM, so the replica evicts nothing serving from VRAM.
   ``prefix_tokens`` is the source's match: the triggering request's own indexed prefix.
-- De-duplication: a family is not migrated while one is in flight (until ``complete`` or
+- De-duplication: a family is not migrated while one is under way (until ``complete`` or
   ``migration_timeout_ms``) nor within ``migration_cooldown_ms`` of its last request.
 """
 
@@ -74,10 +74,10 @@ class HotPrefixTracker:
     __slots__ = (
         "_config",
         "_families",
-        "_in_flight",
         "_last_request_ms",
         "_local",
         "_sweep_at",
+        "_underway",
         "origin",
     )
 
@@ -86,7 +86,7 @@ class HotPrefixTracker:
         self.origin = origin
         self._local = worker_region == origin
         self._families: dict[int, _Family] = {}
-        self._in_flight: dict[int, tuple[float, int]] = {}
+        self._underway: dict[int, tuple[float, int]] = {}
         self._last_request_ms: dict[int, float] = {}
         self._sweep_at = 1024
 
@@ -140,7 +140,7 @@ class HotPrefixTracker:
         target = self._pick_target(matched_tokens, idle_since_ms, idle_now(), now_ms)
         if target < 0:
             return []
-        self._in_flight[family_key] = (now_ms, target)
+        self._underway[family_key] = (now_ms, target)
         self._last_request_ms[family_key] = now_ms
         family.miss_ms.clear()
         family.lose_ms.clear()
@@ -157,21 +157,21 @@ class HotPrefixTracker:
         ]
 
     def complete(self, family_key: int, now_ms: float) -> None:
-        """The replica for ``family_key`` landed (or failed): it no longer blocks as in flight.
+        """The replica for ``family_key`` landed (or failed): it no longer blocks as under way.
 
         The cooldown still runs from the request time. The family's miss history is dropped:
         misses while the replica was on its way say nothing about whether it helps.
         """
-        self._in_flight.pop(family_key, None)
+        self._underway.pop(family_key, None)
         self._families.pop(family_key, None)
 
-    def in_flight(self, now_ms: float) -> dict[int, int]:
-        """family_key → target worker of migrations still in flight at ``now_ms``."""
+    def underway(self, now_ms: float) -> dict[int, int]:
+        """family_key → target worker of migrations still under way at ``now_ms``."""
         timeout = self._config.migration_timeout_ms
-        return {f: t for f, (at, t) in self._in_flight.items() if now_ms - at < timeout}
+        return {f: t for f, (at, t) in self._underway.items() if now_ms - at < timeout}
 
     def _blocked(self, family_key: int, now_ms: float) -> bool:
-        flight = self._in_flight.get(family_key)
+        flight = self._underway.get(family_key)
         if flight is not None and now_ms - flight[0] < self._config.migration_timeout_ms:
             return True
         last = self._last_request_ms.get(family_key)
@@ -187,7 +187,7 @@ class HotPrefixTracker:
         ok = self._local & idle_now & (matched_tokens == 0)
         if not ok.any():
             return -1  # the common case under load: no idle local worker without the prefix
-        busy = list(self.in_flight(now_ms).values())
+        busy = list(self.underway(now_ms).values())
         if busy:
             ok[busy] = False
         candidates = np.flatnonzero(ok)
@@ -206,9 +206,9 @@ class HotPrefixTracker:
         self._last_request_ms = {
             k: t for k, t in self._last_request_ms.items() if now_ms - t < keep
         }
-        self._in_flight = {
+        self._underway = {
             k: v
-            for k, v in self._in_flight.items()
+            for k, v in self._underway.items()
             if now_ms - v[0] < self._config.migration_timeout_ms
         }
         self._sweep_at = max(1024, 2 * len(self._families))

@@ -12,8 +12,12 @@ queued ahead of it::
     β̂ = total_prefill_busy_us / 1000 / total_prefill_uncached_tokens   (measured, cumulative)
         or the deployment region's prefill_ms_per_token before the first prefill
 
-The prefill running now is not in ``num_waiting_*``; its remainder is unknown from the report
-and left out (at most one prefill's time).
+What SGLang counts in ``num_waiting_uncached_tokens`` (0.5.23, ``scheduler_components/
+load_inquirer.py``): the uncached tokens of its waiting queue plus the unfinished chunks of the
+prefill it is chunking (``chunked_req``); a prefill of a single chunk, and the last chunk of a
+longer one, are not counted while they run, so the estimate leaves out up to one chunk
+(``chunked_prefill_size``, 8192 tokens on an 80 GB GPU) of the running prefill. The simulator's
+poll reports exactly these fields (``sim/engine/loads.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Refresh channels
 Herding guard (beyond the paper): between refreshes the estimate of r does not see the
 requests this edge itself just sent to r, so a burst would pile onto one stale-idle worker.
 ``on_forward`` adds each forward's predicted prefill time to ``pending_ms[r]``. Without arrival
-times (or with ``RouterConfig.inflight_work`` off) any refresh of r zeroes it, since the fresh
+times (or with ``RouterConfig.forward_ledger`` off) any refresh of r zeroes it, since the fresh
 reading includes that work; a remote reading taken before in-flight forwards reached r then
 under-counts by up to one RTT of this edge's traffic to r. With arrival times and the ledger
 (``kvcompass.router.forwards``), a refresh keeps exactly the forwards landing after the reading
@@ -41,6 +41,11 @@ from numpy.typing import NDArray
 from kvcompass.errors import InvalidInputError
 from kvcompass.router.config import RouterConfig
 from kvcompass.router.forwards import ForwardLedger
+
+MAX_QUEUE_MS = 86_400_000.0
+"""The largest queue estimate a reading or vector may carry: a day. No request waits that long;
+a larger value is a broken or hostile reporter, refused like a negative one (issue 26: one record
+with an absurd value pinned a worker's estimate at 5e11 ms)."""
 
 
 def broadcast_targets(
@@ -133,7 +138,7 @@ class QueueView:
         self.refreshed_ms = np.full(n, -np.inf)
         self.taken_ms = np.full(n, -np.inf)
         """When each worker's last reading was taken (= refreshed, unless the shell said)."""
-        self.ledger = ForwardLedger(n) if config.inflight_work else None
+        self.ledger = ForwardLedger(n) if config.forward_ledger else None
         self.idle_since_ms = np.full(n, np.inf)
         self.region_refreshed_ms = np.full(n_regions, -np.inf)
 
@@ -166,10 +171,20 @@ class QueueView:
         """Fold in a piggybacked or broadcast vector of ``region`` (EWMA; live if local).
 
         ``taken_ms``: when the vector's readings were produced (its ``seq``; default ``now_ms``).
+        Refused (``InvalidInputError``, nothing written): a reading time more than
+        ``RouterConfig.max_clock_ahead_ms`` in this edge's future (no synchronised clock is that
+        far ahead: one such vector would otherwise pin the ledger's view of its workers), a value
+        above ``MAX_QUEUE_MS``, or a worker of another region (checked by the refresh kernel).
         """
         if not 0 <= region < self.region_refreshed_ms.shape[0]:
             raise InvalidInputError(
                 f"expected region in [0, {self.region_refreshed_ms.shape[0]}), got {region}"
+            )
+        ahead = self._config.max_clock_ahead_ms
+        if taken_ms is not None and not taken_ms <= now_ms + ahead:
+            raise InvalidInputError(
+                f"queue vector of region {region}: taken at {taken_ms} ms, more than {ahead:g} ms "
+                f"after this edge's clock ({now_ms} ms)"
             )
         ids = np.asarray(worker_ids, dtype=np.int64)
         what = f"queue vector of region {region}"
@@ -182,15 +197,35 @@ class QueueView:
         self.region_refreshed_ms[region] = now_ms
         self._after_refresh(ids, now_ms if taken_ms is None else taken_ms)
 
+    def expire_stale(self, now_ms: float) -> list[int]:
+        """Forget every remote region not refreshed for ``RouterConfig.stale_vector_ms``: its
+        workers go back to "never heard from" (estimate 0, staleness +inf), so a region whose
+        vectors stopped (or whose last vector was wrong) cannot pin its workers' estimates for
+        longer than that bound. Returns the regions forgotten."""
+        limit = now_ms - self._config.stale_vector_ms
+        stale = np.flatnonzero(self.region_refreshed_ms < limit)
+        out: list[int] = []
+        for r in stale.tolist():
+            if r == self.origin or self.region_refreshed_ms[r] == -np.inf:
+                continue
+            ids = np.flatnonzero(self.worker_region == r)
+            self.queue_ms[ids] = 0.0
+            self.refreshed_ms[ids] = -np.inf
+            self.taken_ms[ids] = -np.inf
+            self.region_refreshed_ms[r] = -np.inf
+            if self.ledger is not None:
+                self.pending_ms[ids] = self.ledger.pending_after(self.taken_ms)[ids]
+            out.append(r)
+        return out
+
     def _after_refresh(self, ids: NDArray[np.int64], taken_ms: float) -> None:
         """The refresh zeroed ``pending_ms``; put back what the readings cannot include."""
         self.taken_ms[ids] = taken_ms
         ledger = self.ledger
-        if ledger is None:
+        if ledger is None or len(ledger) == 0:
             return
-        pending = self.pending_ms
-        for w in ids.tolist():
-            pending[w] = ledger.pending_after(w, taken_ms)
+        ledger.forget_landed(self.taken_ms)
+        self.pending_ms[ids] = ledger.pending_after(self.taken_ms)[ids]
 
     def on_peer_in_flight(
         self, source_region: int, entries: list[tuple[int, float, float]]
@@ -206,9 +241,8 @@ class QueueView:
                 raise InvalidInputError(
                     f"expected in-flight entries (worker in [0, {n}), work >= 0), got {(w, work)}"
                 )
-        pending, taken = self.pending_ms, self.taken_ms
-        for w in ledger.set_peer(source_region, entries):
-            pending[w] = ledger.pending_after(w, float(taken[w]))
+        ledger.replace_source(source_region, entries)
+        self.pending_ms[:] = ledger.pending_after(self.taken_ms)
 
     def on_peer_forward(
         self, source_region: int, worker: int, arrive_ms: float, work_ms: float
@@ -217,12 +251,20 @@ class QueueView:
         ledger = self.ledger
         if ledger is None or source_region == self.origin:
             return
-        ledger.add_peer(source_region, worker, arrive_ms, work_ms)
-        self.pending_ms[worker] = ledger.pending_after(worker, float(self.taken_ms[worker]))
+        ledger.add(worker, arrive_ms, work_ms, source_region)
+        if arrive_ms > self.taken_ms[worker]:
+            self.pending_ms[worker] += work_ms
+
+    def retire_own(self, worker: int, arrive_ms: float, work_ms: float) -> None:
+        """One of this edge's forwards to ``worker`` is done (its first token is back) or was
+        never sent: no reading needs it added any more."""
+        ledger = self.ledger
+        if ledger is not None and ledger.remove(worker, arrive_ms, work_ms):
+            self.pending_ms[worker] = ledger.pending_after(self.taken_ms)[worker]
 
     def own_in_flight(self, now_ms: float) -> list[tuple[int, float, float]]:
         """This edge's forwards not landed at ``now_ms``, for its region's broadcast."""
-        return [] if self.ledger is None else self.ledger.own_in_flight(now_ms)
+        return [] if self.ledger is None else self.ledger.in_flight(now_ms)
 
     def _raise_vector_problem(
         self, region: int, ids: NDArray[np.int64], values: NDArray[np.float64]
@@ -248,7 +290,7 @@ class QueueView:
         self.pending_ms[worker] += predicted_ms
         self.idle_since_ms[worker] = np.inf
         if self.ledger is not None and arrive_ms is not None:
-            self.ledger.add_own(worker, arrive_ms, predicted_ms)
+            self.ledger.add(worker, arrive_ms, predicted_ms)
 
     def staleness_ms(self, now_ms: float) -> NDArray[np.float64]:
         """(W,) time since each worker's estimate was refreshed; +inf if never."""
@@ -320,7 +362,7 @@ def _refresh_kernel(  # type: ignore[no-untyped-def]
     n_workers = worker_region.shape[0]
     for i in range(n):
         v = values[i]
-        if not np.isfinite(v) or v < 0:
+        if not np.isfinite(v) or v < 0 or v > MAX_QUEUE_MS:
             return 1
         r = ids[i]
         if r < 0 or r >= n_workers:
@@ -356,6 +398,8 @@ def _check_values(values: NDArray[np.float64], n: int, what: str) -> NDArray[np.
     arr = np.asarray(values, dtype=np.float64)
     if arr.shape != (n,):
         raise InvalidInputError(f"expected {what} of shape ({n},), got {arr.shape}")
-    if not np.all(np.isfinite(arr)) or (arr.size and arr.min() < 0):
-        raise InvalidInputError(f"expected {what} finite and >= 0, got {arr.tolist()}")
+    if not np.all(np.isfinite(arr)) or (arr.size and (arr.min() < 0 or arr.max() > MAX_QUEUE_MS)):
+        raise InvalidInputError(
+            f"expected {what} finite, >= 0 and <= {MAX_QUEUE_MS:g}, got {arr.tolist()[:20]}"
+        )
     return arr

@@ -16,6 +16,7 @@ It takes plain arrays and imports the deployment and level modules for annotatio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,7 @@ class Router:
 
     __slots__ = (
         "_local",
+        "_local_mask",
         "_params",
         "_scores",
         "_state",
@@ -89,10 +91,12 @@ class Router:
         self._wan = state[sc.ROW_WAN].copy()
         state[sc.ROW_N1] = n1[origin, wr]
         state[sc.ROW_LOCAL] = local
+        state[sc.ROW_ORDER] = -1e300  # never sent to: first among equals (finite: validated)
         self._state = state
         self._scores = np.empty(n_workers, np.float64)
         self._top_k = min(cfg.explain_top_k, n_workers)
         self._local = local.tolist()
+        self._local_mask = local
         self.queue_view = QueueView(
             wr, origin, n_regions, cfg, state[sc.ROW_QUEUE], state[sc.ROW_PENDING]
         )
@@ -170,12 +174,57 @@ class Router:
             terms,
         )
 
+    def choose_in_region(
+        self,
+        prompt_tokens: int,
+        matched_tokens: NDArray[np.int64],
+        tiers: NDArray[np.uint8],
+        lambda_price: float,
+        now_ms: float,
+    ) -> Decision:
+        """``choose`` restricted to this edge's own region, at a given λ (route-and-reserve).
+
+        The owning region re-scores a request relayed to it with the origin's λ, so its scores
+        and the origin's alternative are priced alike (``kvcompass.decider``); workers of other
+        regions cannot win (their WAN term is +inf for this call only).
+        """
+        if not (math.isfinite(lambda_price) and lambda_price >= 0):
+            raise InvalidInputError(f"expected lambda_price finite >= 0, got {lambda_price}")
+        wan = self._state[sc.ROW_WAN]
+        saved = wan.copy()
+        wan[~self._local_mask] = np.inf
+        self._params[sc.P_FIX_LAMBDA] = 1.0
+        self._params[sc.P_LAMBDA] = lambda_price
+        try:
+            return self.choose(prompt_tokens, matched_tokens, tiers, now_ms)
+        finally:
+            wan[:] = saved
+            self._params[sc.P_FIX_LAMBDA] = 0.0
+
+    @property
+    def scores(self) -> NDArray[np.float64]:
+        """Every worker's score of the last ``choose`` (read-only view, overwritten by the next)."""
+        view = self._scores.view()
+        view.flags.writeable = False
+        return view
+
+    def best_score_outside(self, region: int) -> float:
+        """Lowest score of the last ``choose`` among workers outside ``region`` (+inf: none)."""
+        mask = self.worker_region != region
+        return float(self._scores[mask].min()) if mask.any() else math.inf
+
     def on_forward(self, decision: Decision, now_ms: float, arrive_ms: float | None = None) -> None:
         """The edge forwarded ``decision``'s request (landing at ``arrive_ms`` if known): count
         its work until a reading includes it."""
         self.queue_view.on_forward(
             decision.worker, decision.predicted_service_ms, now_ms, arrive_ms
         )
+
+    def note_sent(self, worker: int, now_ms: float) -> None:
+        """This edge sent work to ``worker`` at ``now_ms``: among workers of exactly equal score
+        the one it sent to least recently wins (idle workers share the load instead of the
+        lowest id taking every tie)."""
+        self._state[sc.ROW_ORDER, worker] = now_ms
 
     def observe(
         self,

@@ -12,9 +12,15 @@ Packed per-worker state, ``state`` float64 (N_STATE_ROWS, W), one row per quanti
     ROW_BELIEF   b_r in [0, 1]                    ROW_N1     n1(o, region(r)), tokens
     ROW_QUEUE    Tq estimate, ms                  ROW_LOCAL  1.0 if r is in o's region else 0.0
     ROW_PENDING  herding-guard work forwarded since r's last refresh, ms
+    ROW_ORDER    tie-break: among exactly equal scores the lower value wins, then the lower id
+                 (the decider writes when it last sent work to each worker: the least recently
+                 used of equally good workers, so idle workers share the load; zeros: by id)
 
 Parameters, ``params`` float64 (N_PARAMS,): γ ms/token, τ ms, λ_max, then the switches
-load_aware, cross_region_reuse, tier_aware, use_belief, herding_guard as 0.0/1.0.
+load_aware, cross_region_reuse, tier_aware, use_belief, herding_guard as 0.0/1.0, then
+P_FIX_LAMBDA (0.0/1.0) and P_LAMBDA: when P_FIX_LAMBDA is on, λ is P_LAMBDA instead of being
+derived from the queue row (the owning region re-scores a relayed request at the origin's λ, so
+its scores and the origin's are priced alike; ``kvcompass.decider``).
 One array per kind keeps the njit call to six arguments: unboxing is the main per-call cost.
 
 Explain terms, ``top_terms`` float64 (k, N_TERMS), one row per candidate, best first, columns
@@ -30,13 +36,15 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from kvcompass.costs import prefill_ms
 from kvcompass.errors import InvalidInputError
 
-ROW_BETA, ROW_BELIEF, ROW_QUEUE, ROW_PENDING, ROW_WAN, ROW_N1, ROW_LOCAL = range(7)
-N_STATE_ROWS = 7
+ROW_BETA, ROW_BELIEF, ROW_QUEUE, ROW_PENDING, ROW_WAN, ROW_N1, ROW_LOCAL, ROW_ORDER = range(8)
+N_STATE_ROWS = 8
 
 P_GAMMA, P_TAU, P_LAMBDA_MAX, P_LOAD, P_XREGION, P_TIER, P_BELIEF, P_HERD = range(8)
-N_PARAMS = 8
+P_FIX_LAMBDA, P_LAMBDA = 8, 9
+N_PARAMS = 10
 
 TERM_SCORE, TERM_WAN, TERM_QUEUE, TERM_PREFILL, TERM_RELOAD = range(5)
 TERM_MATCHED, TERM_EFFECTIVE, TERM_BELIEF, TERM_TIER, TERM_WORKER = range(5, 10)
@@ -119,6 +127,7 @@ def _score_kernel(
     wan = state[ROW_WAN]
     n1 = state[ROW_N1]
     local = state[ROW_LOCAL]
+    order = state[ROW_ORDER]
 
     lam = 0.0
     min_q = 0.0
@@ -128,6 +137,8 @@ def _score_kernel(
             q = queue[r] + pending[r] if herd else queue[r]
             min_q = min(min_q, q)
         lam = min(params[P_LAMBDA_MAX], min_q / params[P_TAU])
+    if params[P_FIX_LAMBDA] != 0.0:
+        lam = params[P_LAMBDA]
     scale = 1.0 + lam
 
     k = min(n, terms.shape[0])
@@ -150,19 +161,25 @@ def _score_kernel(
         prefill = scale * beta[r] * (prompt_tokens - eff)
         s = wan[r] + q + prefill + reload
         scores[r] = s
-        if s < best:
+        if s < best or (s == best and order[r] < order[winner]):
             best, winner = s, r
         if is_local:
-            if m > 0 and s < holder_score:
+            if m > 0 and (s < holder_score or (s == holder_score and order[r] < order[holder])):
                 holder, holder_score = r, s
         elif m > 0 and m >= n1[r]:
             longer = remote < 0 or m > matched[remote]
             if longer or (m == matched[remote] and wan[r] < wan[remote]):
                 remote = r
-        # Insertion into the sorted top-k; strict < keeps the lower id first among equals.
-        if top_r[k - 1] < 0 or s < top_s[k - 1]:
+        # Insertion into the sorted top-k by (score, order); the lower id stays first among
+        # equals (strict comparisons, ascending r).
+        last = top_r[k - 1]
+        if last < 0 or s < top_s[k - 1] or (s == top_s[k - 1] and order[r] < order[last]):
             j = k - 1
-            while j > 0 and (top_r[j - 1] < 0 or s < top_s[j - 1]):
+            while j > 0 and (
+                top_r[j - 1] < 0
+                or s < top_s[j - 1]
+                or (s == top_s[j - 1] and order[r] < order[top_r[j - 1]])
+            ):
                 top_s[j] = top_s[j - 1]
                 top_r[j] = top_r[j - 1]
                 j -= 1
@@ -180,7 +197,7 @@ def _score_kernel(
     _, _, _, _, w_reload, w_m, w_eff, _ = _terms(
         winner, prompt_tokens, matched, tiers, state, params, lam
     )
-    service = beta[winner] * (prompt_tokens - w_eff) + w_reload
+    service = prefill_ms(beta[winner], prompt_tokens - w_eff, gamma, w_eff if w_reload else 0.0)
 
     for j in range(k):
         pick = top_r[j]

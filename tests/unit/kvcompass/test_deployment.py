@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import (
     Deployment,
     Region,
@@ -16,6 +15,7 @@ from kvcompass.deployment import (
     builtin_deployment_names,
 )
 from kvcompass.errors import ConfigError
+from wire.deployments import load_deployment
 
 
 def _dep(**over: Any) -> Deployment:
@@ -132,7 +132,13 @@ def test_from_toml_text__invalid_toml__config_error() -> None:
 
 def test_builtins__all_four_load_with_the_papers_numbers() -> None:
     names = builtin_deployment_names()
-    assert names == ["paper-128x16", "paper-64x8", "paper-na-11x4", "paper-testbed-14x3"]
+    assert names == [
+        "cloud-4096x64",
+        "paper-128x16",
+        "paper-64x8",
+        "paper-na-11x4",
+        "paper-testbed-14x3",
+    ]
     tb = builtin_deployment("paper-testbed-14x3")
     assert [(r.name, r.n_workers) for r in tb.regions] == [("us", 8), ("eu", 2), ("asia", 4)]
     assert tb.wan_one_way_ms[0][1] == 160 and tb.wan_one_way_ms[0][2] == 126

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcompass.cli.deployments import load_deployment
 from kvcompass.discovery import EdgeDiscovery
 from kvcompass.index import DiscoveryIndex
 from kvcompass.index_view import IndexView
@@ -13,6 +12,7 @@ from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
 from kvcompass.router import Router
 from kvcompass.types import Tier
+from wire.deployments import load_deployment
 
 DEP = load_deployment("paper-testbed-14x3")  # US 0-7, EU 8-9, Asia 10-13
 LEVELS = Levels.from_deployment(DEP)

@@ -64,8 +64,10 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=SLOW_OK)
 @given(ops=OPS)
 def test_views_equal_maintenance__in_order_and_compacted(
     ops: list[tuple[str, int, list[int], int]],

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcompass.errors import InvalidInputError
-from kvcompass.mix import finalize, mix64, mix64_array
+from kvcompass.mix import finalize, splitmix64, splitmix64_array
 from kvcompass.ring import HashRing, LevelRings, ladder, place
 from tests import naive
 
@@ -19,9 +19,9 @@ u64 = st.integers(0, (1 << 64) - 1)
 @given(u64, u64)
 def test_mix64__equals_splitmix64_first_output(x: int, seed: int) -> None:
     want = naive.splitmix64_mix((x ^ seed) + 0x9E3779B97F4A7C15)
-    assert mix64(x, seed) == want
+    assert splitmix64(x, seed) == want
     assert int(finalize(np.uint64(x))) == naive.splitmix64_mix(x)
-    assert int(mix64_array(np.array([x], np.uint64), seed)[0]) == want
+    assert int(splitmix64_array(np.array([x], np.uint64), seed)[0]) == want
 
 
 @settings(max_examples=50, deadline=None)

@@ -9,6 +9,19 @@ import pytest
 
 from kvcompass.errors import InvalidInputError
 from kvcompass.ludo import LudoParams, PatchKind
+from kvcompass.ludo.params import (
+    P_BUCKET_SEED,
+    P_BUCKETS,
+    P_EPOCH,
+    P_FP_BITS,
+    P_FP_SEED,
+    P_LOCATOR_SEED,
+    P_MA,
+    P_MB,
+    P_SLOT_SEED,
+    P_VALUE_BITS,
+    PARAMS_LEN,
+)
 
 
 def test_for_capacity__sizes_follow_the_reference_formulas() -> None:
@@ -35,6 +48,25 @@ def test_to_array__round_trips_with_documented_order() -> None:
         p.locator_seed,
     ]
     assert LudoParams.from_array(a) == p
+
+
+def test_p_names__index_their_field_in_to_array() -> None:
+    p = LudoParams(1, 2, 3, 4, 64, 16, bucket_seed=7, locator_seed=8, slot_seed=9, fp_seed=10)
+    a = p.to_array()
+    named = [
+        (P_EPOCH, "epoch"),
+        (P_BUCKETS, "n_buckets"),
+        (P_MA, "locator_a_cells"),
+        (P_MB, "locator_b_cells"),
+        (P_VALUE_BITS, "value_bits"),
+        (P_FP_BITS, "fp_bits"),
+        (P_BUCKET_SEED, "bucket_seed"),
+        (P_LOCATOR_SEED, "locator_seed"),
+        (P_SLOT_SEED, "slot_seed"),
+        (P_FP_SEED, "fp_seed"),
+    ]
+    assert sorted(i for i, _ in named) == list(range(PARAMS_LEN))
+    assert all(int(a[i]) == getattr(p, name) for i, name in named)
 
 
 def test_with_locator_seed__changes_only_that_seed() -> None:

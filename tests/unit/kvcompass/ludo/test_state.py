@@ -47,9 +47,7 @@ def _state(capacity: int, value_bits: int, fp_bits: int) -> TableState:
 
 
 @settings(max_examples=30, deadline=None)
-@given(
-    st.integers(1, 5000), st.sampled_from([32, 64]), st.sampled_from([0, 8, 16])
-)  # fmt: skip
+@given(st.integers(1, 5000), st.sampled_from([32, 64]), st.sampled_from([0, 8, 16]))
 def test_unpack__sees_the_same_memory_as_the_python_views(
     capacity: int, value_bits: int, fp_bits: int
 ) -> None:

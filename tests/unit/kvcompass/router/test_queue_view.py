@@ -61,15 +61,39 @@ def test_vector_rejects__workers_of_another_region_and_bad_values() -> None:
     view = _view()
     with pytest.raises(InvalidInputError, match="region 1"):
         view.on_vector(1, np.array([4, 8], np.int64), np.zeros(2), now_ms=0.0)
-    with pytest.raises(InvalidInputError, match="finite and >= 0"):
+    with pytest.raises(InvalidInputError, match="finite, >= 0"):
         view.on_vector(1, np.array([4], np.int64), np.array([-1.0]), now_ms=0.0)
-    with pytest.raises(InvalidInputError, match="finite and >= 0"):
+    with pytest.raises(InvalidInputError, match="finite, >= 0"):
         view.set_local(np.array([0.0, np.nan, 0.0, 0.0]), now_ms=0.0)
     with pytest.raises(InvalidInputError, match="shape"):
         view.set_local(np.zeros(3), now_ms=0.0)
     with pytest.raises(InvalidInputError, match="region in"):
         view.on_vector(3, np.array([], np.int64), np.zeros(0), now_ms=0.0)
     assert np.all(view.queue_ms == 0.0)
+
+
+def test_vector_rejects__an_absurd_value_and_a_reading_time_far_ahead() -> None:
+    """One record with a huge value or a clock far ahead must not pin a region (issue 26)."""
+    view = _view(broadcast_period_ms=100.0)
+    with pytest.raises(InvalidInputError, match=r"<= 8\.64e"):
+        view.on_vector(1, np.array([4], np.int64), np.array([5e11]), now_ms=0.0)
+    with pytest.raises(InvalidInputError, match="more than 100 ms after"):
+        view.on_vector(1, np.array([4], np.int64), np.array([1.0]), now_ms=0.0, taken_ms=2.0**62)
+    view.on_vector(1, np.array([4], np.int64), np.array([7.0]), now_ms=0.0, taken_ms=99.0)
+    assert view.queue_ms[4] == 7.0  # a few ms of skew is normal
+
+
+def test_stale_region__forgotten_after_ten_periods_and_heard_again() -> None:
+    view = _view(broadcast_period_ms=100.0)
+    view.set_local(np.full(4, 3.0), now_ms=0.0)
+    view.on_vector(1, np.array([4, 5], np.int64), np.array([9e6, 40.0]), now_ms=0.0)
+    view.on_vector(2, np.array([8], np.int64), np.array([20.0]), now_ms=950.0)
+    assert view.expire_stale(999.0) == []  # region 1 is 999 ms old: within 10 periods
+    assert view.expire_stale(1001.0) == [1]
+    assert view.queue_ms[[4, 5]].tolist() == [0.0, 0.0] and np.isinf(view.staleness_ms(1001.0)[4])
+    assert view.queue_ms[8] == 20.0 and view.queue_ms[:4].tolist() == [3.0] * 4  # others kept
+    view.on_vector(1, np.array([4], np.int64), np.array([12.0]), now_ms=1100.0)
+    assert view.queue_ms[4] == 12.0  # a first sample again (no EWMA with the forgotten one)
 
 
 # --- broadcast suppression ---------------------------------------------------------------------

@@ -222,12 +222,14 @@ def _problems(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray, np.ndarray,
     state[sc.ROW_WAN] = [draw(st.sampled_from([0.0, 40.0, 160.0])) for _ in range(n)]
     state[sc.ROW_N1] = [draw(st.sampled_from([16, 400, 1600])) for _ in range(n)]
     state[sc.ROW_LOCAL] = [draw(st.booleans()) for _ in range(n)]
+    state[sc.ROW_ORDER] = [draw(st.sampled_from([0.0, 5.0, 9.0])) for _ in range(n)]
     params = np.zeros(sc.N_PARAMS)
     params[sc.P_GAMMA] = draw(st.floats(0.0, 0.05))
     params[sc.P_TAU] = draw(st.floats(1.0, 1000.0))
     params[sc.P_LAMBDA_MAX] = draw(st.floats(0.0, 10.0))
-    for p in (sc.P_LOAD, sc.P_XREGION, sc.P_TIER, sc.P_BELIEF, sc.P_HERD):
+    for p in (sc.P_LOAD, sc.P_XREGION, sc.P_TIER, sc.P_BELIEF, sc.P_HERD, sc.P_FIX_LAMBDA):
         params[p] = float(draw(st.booleans()))
+    params[sc.P_LAMBDA] = draw(st.sampled_from([0.0, 0.5, 3.0]))
     return prompt, matched.astype(np.int64), tiers, state, params
 
 
@@ -251,7 +253,8 @@ def test_kernel_matches_naive_twin(
     assert holder == ref.local_holder and lost == ref.lost_to_load
     assert remote == ref.remote_holder
     assert service == pytest.approx(ref.service_ms) and claimed == ref.claimed
-    order = sorted(range(n), key=lambda r: (ref.scores[r], r))[: terms.shape[0]]
+    tie = state[sc.ROW_ORDER]
+    order = sorted(range(n), key=lambda r: (ref.scores[r], tie[r], r))[: terms.shape[0]]
     assert terms[:, sc.TERM_WORKER].astype(int).tolist() == order
 
 

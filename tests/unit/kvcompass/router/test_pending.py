@@ -1,4 +1,4 @@
-"""The in-flight overlay: forwarded prefixes count as held until their deadline."""
+"""The pending-holder overlay: forwarded prefixes count as held until their deadline."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvcompass.errors import InvalidInputError
-from kvcompass.router import InflightOverlay
+from kvcompass.router import PendingHolders
 from kvcompass.types import Tier
 
 LENGTHS = np.array([128, 256, 512], dtype=np.int64)
@@ -18,7 +18,7 @@ def _view(n: int = 4) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_forwarded_prefix__raises_the_targets_match_as_vram_until_the_deadline() -> None:
-    ov = InflightOverlay(4)
+    ov = PendingHolders(4)
     ov.hold(LENGTHS, KEYS, worker=2, until_ms=100.0)
     m0, t0 = _view()
     m, t, raised = ov.overlay(KEYS[:2], m0, t0, now_ms=50.0)  # a prompt sharing 256 tokens
@@ -29,7 +29,7 @@ def test_forwarded_prefix__raises_the_targets_match_as_vram_until_the_deadline()
 
 
 def test_a_longer_view_match__is_kept() -> None:
-    ov = InflightOverlay(4)
+    ov = PendingHolders(4)
     ov.hold(LENGTHS[:1], KEYS[:1], worker=1, until_ms=100.0)
     m0, t0 = _view()
     m0[1], t0[1] = 512, int(Tier.DRAM)
@@ -38,7 +38,7 @@ def test_a_longer_view_match__is_kept() -> None:
 
 
 def test_a_later_deadline__extends_and_an_earlier_one_never_shrinks() -> None:
-    ov = InflightOverlay(4)
+    ov = PendingHolders(4)
     ov.hold(LENGTHS, KEYS, worker=0, until_ms=100.0)
     ov.hold(LENGTHS, KEYS, worker=0, until_ms=300.0)  # the response: real finish + path
     ov.hold(LENGTHS, KEYS, worker=0, until_ms=50.0)
@@ -48,7 +48,7 @@ def test_a_later_deadline__extends_and_an_earlier_one_never_shrinks() -> None:
 
 
 def test_two_targets__each_gets_its_own_length() -> None:
-    ov = InflightOverlay(4)
+    ov = PendingHolders(4)
     ov.hold(LENGTHS[:1], KEYS[:1], worker=0, until_ms=100.0)
     ov.hold(LENGTHS, KEYS, worker=3, until_ms=100.0)
     m, _, raised = ov.overlay(KEYS, *_view(), now_ms=0.0)
@@ -56,7 +56,7 @@ def test_two_targets__each_gets_its_own_length() -> None:
 
 
 def test_bad_worker_or_shapes__rejected() -> None:
-    ov = InflightOverlay(2)
+    ov = PendingHolders(2)
     with pytest.raises(InvalidInputError, match="worker"):
         ov.hold(LENGTHS, KEYS, worker=2, until_ms=1.0)
     with pytest.raises(InvalidInputError, match="shape"):

@@ -1,4 +1,9 @@
-"""The edge's in-flight overlay: prefixes it forwarded that the index does not show yet.
+"""The edge's pending-holder overlay: prefixes it forwarded that the index does not show yet.
+
+(Vocabulary: a *pending holder* is a worker a prefix was sent to, not yet confirmed by the
+index; a forward is *in flight* from its dispatch until it lands at the worker, the forward
+ledger's meaning (``router.forwards``); a migration is *under way* until its replica lands
+(``router.hot_prefix``); the edge's *open requests* to a worker are those not answered yet.)
 
 Owns, for one edge, the prefix keys of every prompt it forwarded and the worker it sent each to,
 until the index can confirm them. Between a forward and the patch that registers its prefill,
@@ -30,10 +35,10 @@ from kvcompass.errors import InvalidInputError
 from kvcompass.types import Tier
 
 
-class InflightOverlay:
+class PendingHolders:
     """Per-key pending holders with deadlines; ``overlay`` raises the view's per-worker match."""
 
-    __slots__ = ("_deadlines", "_entries", "n_workers")
+    __slots__ = ("_deadlines", "_entries", "_seq", "n_workers")
 
     def __init__(self, n_workers: int) -> None:
         if n_workers < 1:
@@ -41,7 +46,9 @@ class InflightOverlay:
         self.n_workers = n_workers
         # key -> {worker: (deadline ms, prefix tokens)}
         self._entries: dict[int, dict[int, tuple[float, int]]] = {}
-        self._deadlines: list[tuple[float, int, int]] = []  # (deadline, key, worker), a heap
+        # One heap entry per ``hold`` call, not per key: (deadline, seq, worker, keys it held).
+        self._deadlines: list[tuple[float, int, int, list[int]]] = []
+        self._seq = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -62,7 +69,8 @@ class InflightOverlay:
             raise InvalidInputError(
                 f"expected lengths and keys of one shape, got {lengths.shape}, {keys.shape}"
             )
-        entries, heap = self._entries, self._deadlines
+        entries = self._entries
+        held: list[int] = []
         for n, key in zip(lengths.tolist(), keys.tolist(), strict=True):
             holders = entries.get(key)
             if holders is None:
@@ -70,21 +78,34 @@ class InflightOverlay:
             old = holders.get(worker)
             if old is None or old[0] < until_ms:
                 holders[worker] = (until_ms, n)
-                heapq.heappush(heap, (until_ms, key, worker))
+                held.append(key)
+        if held:
+            self._seq += 1
+            heapq.heappush(self._deadlines, (until_ms, self._seq, worker, held))
+
+    def release(self, keys: NDArray[np.uint64], worker: int) -> None:
+        """``worker`` will not hold these prefixes after all (the forward went elsewhere or
+        failed): drop its pending entries for ``keys`` (others' entries stay)."""
+        entries = self._entries
+        for key in keys.tolist():
+            holders = entries.get(key)
+            if holders is not None and holders.pop(worker, None) is not None and not holders:
+                del entries[key]
 
     def expire(self, now_ms: float) -> None:
         """Drop every entry whose deadline is at or before ``now_ms``."""
         entries, heap = self._entries, self._deadlines
         while heap and heap[0][0] <= now_ms:
-            _, key, worker = heapq.heappop(heap)
-            holders = entries.get(key)
-            if holders is None:
-                continue
-            cur = holders.get(worker)
-            if cur is not None and cur[0] <= now_ms:
-                del holders[worker]
-                if not holders:
-                    del entries[key]
+            _, _, worker, keys = heapq.heappop(heap)
+            for key in keys:
+                holders = entries.get(key)
+                if holders is None:
+                    continue
+                cur = holders.get(worker)
+                if cur is not None and cur[0] <= now_ms:
+                    del holders[worker]
+                    if not holders:
+                        del entries[key]
 
     def overlay(
         self,

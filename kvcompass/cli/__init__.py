@@ -1,4 +1,0 @@
-"""Subcommands of the `kvcompass` CLI.
-
-Each module registers one command and imports its shell lazily.
-"""
