@@ -21,7 +21,8 @@ Wire format (topic ``index-snapshots``, partition = shard, Avro ids 12 and 13, s
 A reader (``latest_complete``) takes manifests newest first and uses the first whose chunks are
 all present with the right length and digest; a half-written or damaged checkpoint is skipped.
 
-Must not: decide when a unit is rebuilt (``pipeline.app``) or apply ops (``pipeline.maintenance``).
+Must not: decide when a unit is rebuilt (``pipeline.shell``) or apply ops
+(``kvcompass.maintenance``).
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
-from pipeline.codec import AvroCodec
-from pipeline.delivery import Delivery
-from pipeline.maintenance import MaintenanceUnit, PatchScan
+from kvcompass.maintenance import MaintenanceUnit, PatchScan
+from pipeline.delivery import Delivery, DeliveryError
+from wire.codec import AvroCodec
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +279,42 @@ class Checkpointer:
 
     def due(self, shard: int, now_ms: int) -> bool:
         return now_ms - self._last_ms.get(shard, now_ms) >= self.period_ms
+
+    def write_now(self, unit: MaintenanceUnit, now_ms: int, timeout_s: float) -> Snapshot:
+        """``write`` without an event loop (a graceful stop, after the agents ended): the same
+        records in the same order, each step flushed and checked; raises ``DeliveryError``
+        (nothing of the new checkpoint is trusted: the previous one stays complete)."""
+        t0 = time.perf_counter()
+        shard = unit.shard
+        sid = max(now_ms, self._last_id.get(shard, 0) + 1)
+        snap = snapshot_of(unit, sid, now_ms)
+        enc = encode(snap, self.chunk_bytes)
+        start = self.producer.mark()
+        for key, rec in enc.chunks:
+            self.producer.produce(self.topic, self.codec.encode("ShardSnapshotChunk", rec), key,
+                                  shard)  # fmt: skip
+        self._flushed(start, timeout_s - (time.perf_counter() - t0))
+        key, rec = enc.manifest
+        self.producer.produce(self.topic, self.codec.encode("ShardSnapshotManifest", rec), key,
+                              shard)  # fmt: skip
+        self._flushed(start, timeout_s - (time.perf_counter() - t0))
+        for old in self._retire.get(shard, []):
+            self.producer.produce(self.topic, None, old, shard)
+        self.producer.flush(max(0.1, timeout_s - (time.perf_counter() - t0)))
+        self._retire[shard] = [k for k, _ in enc.chunks]
+        self._last_ms[shard] = now_ms
+        self._last_id[shard] = sid
+        self.written += 1
+        log.info("shard %d: final checkpoint: %d entries, covers index-ops < %d",
+                 shard, snap.entries, snap.covered_offset)  # fmt: skip
+        return snap
+
+    def _flushed(self, start: dict[tuple[str, int], int], timeout_s: float) -> None:
+        target = self.producer.mark()
+        left = self.producer.flush(max(0.1, timeout_s))
+        done, error = self.producer.window_state(target, start)
+        if error is not None or left or not done:
+            raise DeliveryError(error or f"{left} records not delivered within the time left")
 
     async def write(self, unit: MaintenanceUnit, now_ms: int) -> Snapshot:
         t0 = time.perf_counter()

@@ -129,6 +129,12 @@ class Delivery:
             self._waiters.append((w, fut))
         await fut
 
+    def window_state(self, target: dict[TopicPartitionKey, int],
+                since: dict[TopicPartitionKey, int]) -> tuple[bool, str | None]:  # fmt: skip
+        """(every record in [since, target) settled, the first failure among them): the
+        blocking callers' check after a ``flush`` (``Checkpointer.write_now``)."""
+        return self._check(_Window(target, since))
+
     def close(self, timeout: float = 30.0) -> None:
         self._running = False
         self._thread.join(timeout)

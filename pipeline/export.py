@@ -14,15 +14,16 @@ from pathlib import Path
 
 from fastavro import reader, writer
 
-from pipeline.codec import AvroCodec
-from pipeline.registry import InProcessRegistry
 from pipeline.replay import SourceRecord
+from wire.codec import AvroCodec, worker_key_mismatch
+from wire.registry import InProcessRegistry
 
 
 def export_events(records: Iterable[SourceRecord], path: Path, codec: AvroCodec) -> int:
     """Decode ``KvEvent`` wire records and write them to ``path``; return how many were written.
 
-    Records that do not decode as KvEvent are skipped (they are dead letters' business).
+    Records that do not decode as KvEvent, or whose Kafka key is not their worker's, are skipped
+    (they are dead letters' business).
     """
     schema = InProcessRegistry().writer_schema("KvEvent")
     written = 0
@@ -34,7 +35,7 @@ def export_events(records: Iterable[SourceRecord], path: Path, codec: AvroCodec)
                 name, ev = codec.decode(rec.value or b"")
             except ValueError:
                 continue
-            if name == "KvEvent":
+            if name == "KvEvent" and worker_key_mismatch(rec.key, int(ev["worker_id"])) is None:
                 written += 1
                 yield ev
 

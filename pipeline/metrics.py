@@ -7,7 +7,8 @@ hot path takes a lock), served by ``prometheus_client``'s own HTTP server on its
 what it reads.
 
 Names (prefix ``kvc_pipeline_``): ``key_ops_total``, ``recoveries_total``,
-``recovery_refused_total`` (a shard whose ``index-ops`` lost records a replay needs),
+``rebuilds_total`` (shards rebuilt from ``kv-events`` because their ``index-ops`` tail was
+gone: self-healing), ``last_rebuild_seconds`` (gauge),
 ``checkpoints_total`` (checkpoints written), ``last_recovery_seconds`` (gauge),
 ``hold_failures_total{step}`` (failed attempts of a held take), ``held{step}`` (1 while a step
 is held), ``dead_letters_total{reason}``, ``cache_unknown{worker}`` (1 while the worker's
@@ -24,7 +25,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from pipeline.app import PipelineShell
+    from pipeline.shell import PipelineShell
 
 PREFIX = "kvc_pipeline_"
 
@@ -41,8 +42,8 @@ class ShellCollector(Collector):
             ("key_ops", "key operations applied to the shards", s.key_ops),
             ("recoveries", "shard recoveries (checkpoint + index-ops tail, fresh epoch)",
              s.recoveries),
-            ("recovery_refused", "recoveries refused: index-ops lost records the replay needs",
-             s.recovery_refused),
+            ("rebuilds", "shards rebuilt from kv-events (their index-ops tail was gone)",
+             s.rebuilds),
             ("checkpoints", "shard checkpoints written to index-snapshots",
              s.checkpoints.written),
         ):  # fmt: skip
@@ -72,6 +73,9 @@ class ShellCollector(Collector):
         yield unknown
         yield CounterMetricFamily(PREFIX + "cache_unknown_reports", "workers reported degraded",
                                   value=float(s.cache_unknown_reports))  # fmt: skip
+        yield GaugeMetricFamily(PREFIX + "last_rebuild_seconds",
+                                "wall time of the latest shard rebuild from kv-events",
+                                value=float(s.last_rebuild_s))  # fmt: skip
         yield GaugeMetricFamily(PREFIX + "last_recovery_seconds",
                                 "wall time of the latest shard recovery (checkpoint + tail)",
                                 value=float(s.last_recovery_s))  # fmt: skip

@@ -19,14 +19,17 @@ import numpy as np
 
 from kvcompass.deployment import Deployment
 from kvcompass.errors import InvalidInputError
+from kvcompass.event_order import EventOrder, Verdict
 from kvcompass.index import DiscoveryIndex
 from kvcompass.index_view import IndexView
 from kvcompass.layout import FIELD_BITS, FIELD_MASK, TableLayout
 from kvcompass.levels import Levels
 from kvcompass.ludo import LudoView
-from kvcompass.view_file import ViewStore
-from pipeline.codec import AvroCodec
-from pipeline.rechunk import EventRef, OpKind, Rechunker
+from kvcompass.rechunk import EventRef, OpKind, Rechunker
+from wire.codec import AvroCodec, worker_key_mismatch
+from wire.config import PipelineConfig
+from wire.kafka_clients import librdkafka_conf
+from wire.view_files import ViewStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,8 @@ class SourceRecord:
     value: bytes | None = None
     event: dict[str, Any] | None = None
     """Already decoded (export files hold records, not wire bytes)."""
+    key: bytes | None = None
+    """The Kafka key (checked against ``worker_id`` for records read from Kafka)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,11 @@ class Replay:
     invalid: int = 0
     key_ops: int = 0
     traced: dict[int, list[Touch]] = field(default_factory=dict)
+    order: EventOrder = field(default_factory=EventOrder)
+    """The live pipeline's rule (``kvcompass.event_order``): a worker's events by engine_seq."""
+    late: int = 0
+    """Events not applied: duplicates or out of order (the live pipeline dead-letters them)."""
+    redelivered: int = 0
 
     def feed(self, rec: SourceRecord, codec: AvroCodec, topic: str = "kv-events") -> None:
         try:
@@ -71,12 +81,21 @@ class Replay:
                 name, ev = codec.decode(rec.value or b"")
                 if name != "KvEvent":
                     raise InvalidInputError(f"expected KvEvent; got {name}")
+                mismatch = worker_key_mismatch(rec.key, int(ev["worker_id"]))
+                if mismatch is not None:
+                    raise InvalidInputError(mismatch)
             src = EventRef(int(ev["worker_id"]), int(ev["engine_seq"]), topic, rec.partition,
                            rec.offset, int(ev["timestamp_ms"]))  # fmt: skip
+            verdict = self.order.judge(src.worker_id, src.engine_seq, rec.partition, rec.offset)
+            if verdict is not Verdict.APPLY:
+                self.late += verdict is Verdict.LATE
+                self.redelivered += verdict is Verdict.REDELIVERED
+                return
             batches = self.rechunker.rechunk(ev, src)
         except (InvalidInputError, KeyError, ValueError):
             self.invalid += 1
             return
+        self.order.accept(src.worker_id, src.engine_seq, rec.partition, rec.offset)
         self.events += 1
         for b in batches:
             shard = self.index.shards[b.shard]
@@ -108,7 +127,7 @@ def new_replay(dep: Deployment, n_shards: int, trace: Iterable[int] = ()) -> Rep
 
 
 def read_kafka(
-    bootstrap: str,
+    broker: str | PipelineConfig,
     topic: str,
     *,
     start_offset: int | None = None,
@@ -120,8 +139,8 @@ def read_kafka(
     """Records of every partition of ``topic`` in [start, end) by offset or broker timestamp."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kvcompass-replay",
-                  "enable.auto.commit": False})  # fmt: skip
+    c = Consumer(librdkafka_conf(broker, {"group.id": "kvcompass-replay",
+                                          "enable.auto.commit": False}))  # fmt: skip
     try:
         parts = sorted(c.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
         begin: dict[int, int] = {}
@@ -156,7 +175,7 @@ def read_kafka(
                 if off >= ends[p]:
                     open_parts.discard(p)
                     continue
-                yield SourceRecord(p, off, m.value())
+                yield SourceRecord(p, off, m.value(), key=m.key())
                 if off >= ends[p] - 1:
                     open_parts.discard(p)
         if open_parts:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kvcompass.errors import InvalidInputError
+from kvcompass.maintenance import MaintenanceUnit, PatchScan
 from pipeline.checkpoint import (
     Snapshot,
     chunk_key,
@@ -21,11 +22,10 @@ from pipeline.checkpoint import (
     restore,
     snapshot_of,
 )
-from pipeline.codec import AvroCodec
-from pipeline.maintenance import MaintenanceUnit, PatchScan
-from pipeline.registry import InProcessRegistry
-from tests.unit.pipeline._pipeline_fixtures import LAYOUT
-from tests.unit.pipeline.test_maintenance import N, _batches, _truth
+from tests.kv_event_fixtures import LAYOUT
+from tests.unit.kvcompass.test_maintenance import N, _batches, _truth
+from wire.codec import AvroCodec
+from wire.registry import InProcessRegistry
 
 CODEC = AvroCodec(InProcessRegistry())
 Record = tuple[str, dict[str, Any] | None, bytes]
@@ -135,7 +135,7 @@ def test_chunk_keys_differ_per_snapshot__compaction_keeps_both() -> None:
 
 
 def test_replay_covers_compares_log_start_with_checkpoint_offset__retention() -> None:
-    from pipeline.maintenance import replay_covers
+    from kvcompass.maintenance import replay_covers
 
     assert replay_covers(0) and not replay_covers(1)  # no checkpoint: the log must start at 0
     assert replay_covers(500, 500) and replay_covers(10, 500)  # deleted what it covers: fine

@@ -20,15 +20,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvcompass.deployment import builtin_deployment
-from pipeline.app import PipelineShell, Raw, WorkerSettings
-from pipeline.codec import AvroCodec, DecodeError
-from pipeline.config import PipelineConfig
-from pipeline.maintenance import MaintenanceUnit, PatchScan
-from pipeline.patch_sink import decode_key, decode_value, encode_patch
-from pipeline.rechunk import EventRef, OpBatch, by_shard, decode_op_batch, encode_op_batch
-from pipeline.registry import InProcessRegistry
-from tests.unit.pipeline._pipeline_fixtures import DEP, event
-from tests.unit.pipeline.test_app import FakeDelivery
+from kvcompass.event_order import EventOrder, Verdict
+from kvcompass.maintenance import MaintenanceUnit, PatchScan
+from kvcompass.rechunk import EventRef, OpBatch, by_shard
+from pipeline.shell import PipelineShell, Raw, WorkerSettings
+from tests.kv_event_fixtures import DEP, event
+from tests.unit.pipeline.test_shell import FakeDelivery
+from wire.codec import AvroCodec, DecodeError, int32_key
+from wire.config import PipelineConfig
+from wire.index_ops import decode_op_batch, encode_op_batch
+from wire.patches import decode_key, decode_value, encode_patch
+from wire.registry import InProcessRegistry
 
 CODEC = AvroCodec(InProcessRegistry())
 N_SHARDS = 3
@@ -67,7 +69,7 @@ def kv_events(draw: st.DrawFn) -> dict[str, Any]:
     keys = draw(st.lists(st.integers(1, 2**63 - 1), min_size=1, max_size=12, unique=True))
     op, tier = {"keys": ("STORED", "VRAM"), "cleared": ("CLEARED", "NONE"),
                 "removed": ("REMOVED", "NONE")}[kind]  # fmt: skip
-    ev = event(w, np.zeros(0, np.int32), op=op, tier=tier)
+    ev = event(w, np.zeros(0, np.int32), op=op, tier=tier, engine_seq=draw(st.integers(0, 2**40)))
     if kind != "cleared":
         ev.update(token_ids=None, token_count=16 * len(keys), registration_keys=keys,
                   registration_lengths=[16 * (i + 1) for i in range(len(keys))])  # fmt: skip
@@ -102,8 +104,11 @@ def hostile_values(draw: st.DrawFn, valid: st.SearchStrategy[bytes]) -> bytes | 
     return None if kind == "null" else b""
 
 
-def _rechunk_reference(value: bytes | None, offset: int, topic: str) -> list[OpBatch] | None:
-    """What the core makes of one record alone: its runs, or None if it must be dead-lettered."""
+def _rechunk_reference(
+    value: bytes | None, offset: int, topic: str, order: EventOrder
+) -> list[OpBatch] | None:
+    """What the core makes of one record after those before it (``order``: the workers' last
+    applied events): its runs, or None if it must be dead-lettered."""
     shell = _SHELL[0][0]
     try:
         if value is None:
@@ -113,18 +118,36 @@ def _rechunk_reference(value: bytes | None, offset: int, topic: str) -> list[OpB
             return None
         src = EventRef(int(ev["worker_id"]), int(ev["engine_seq"]), topic, 0, offset,
                        int(ev["timestamp_ms"]))  # fmt: skip
-        return shell.rechunker.rechunk(ev, src)
+        if order.judge(src.worker_id, src.engine_seq, 0, offset) is not Verdict.APPLY:
+            return None  # out of order: a dead letter (never re-delivered here)
+        runs = shell.rechunker.rechunk(ev, src)
+        order.accept(src.worker_id, src.engine_seq, 0, offset)
+        return runs
     except Exception:  # whatever the core refuses must reach the dead letters
         return None
 
 
+def _key(value: bytes | None, wrong: bool) -> bytes:
+    """The worker's Kafka key for a decodable event (or a wrong one), else garbage."""
+    try:
+        worker = int(CODEC.decode(value or b"")[1]["worker_id"])
+    except Exception:
+        return b"k"
+    return int32_key(worker + 1 if wrong else worker)
+
+
 @FUZZ
 @given(st.lists(hostile_values(kv_events().map(lambda e: CODEC.encode("KvEvent", e))),
-                min_size=1, max_size=12))  # fmt: skip
-def test_kv_events_are_applied_or_dead_lettered__random_and_mutated(values: list[Any]) -> None:
+                min_size=1, max_size=12),
+       st.lists(st.booleans(), min_size=12, max_size=12))  # fmt: skip
+def test_kv_events_are_applied_or_dead_lettered__random_and_mutated(
+    values: list[Any], wrong_keys: list[bool]
+) -> None:
     shell, fake = _shell()
+    shell.order = EventOrder()
     topic = shell.topics.kv_events
-    batch = [Raw(topic, 0, i, b"k", v) for i, v in enumerate(values)]
+    keys = [_key(v, wrong) for v, wrong in zip(values, wrong_keys, strict=False)]
+    batch = [Raw(topic, 0, i, keys[i], v) for i, v in enumerate(values)]
     asyncio.run(shell.rechunk(batch))  # never raises
     dead = [CODEC.decode(v)[1] for v in _sent(fake, shell.topics.dead_letters)]
     got: dict[int, list[tuple[int, int, int, int, int, list[int]]]] = {}
@@ -136,8 +159,9 @@ def test_kv_events_are_applied_or_dead_lettered__random_and_mutated(values: list
     dead_offsets = [d["original_offset"] for d in dead]
     assert len(dead_offsets) == len(set(dead_offsets))  # each at most once
     assert all(d["reason"] and d["original_topic"] == topic for d in dead)
+    order = EventOrder()
     for i, v in enumerate(values):
-        want = _rechunk_reference(v, i, topic)
+        want = None if keys[i] != _key(v, False) else _rechunk_reference(v, i, topic, order)
         if want is None:
             assert i in dead_offsets, f"record {i} neither applied nor dead-lettered"
             assert i not in got

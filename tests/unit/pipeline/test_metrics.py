@@ -7,12 +7,12 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.metrics import serve_metrics
-from tests.unit.pipeline.test_app import _shell
+from tests.unit.pipeline.test_shell import _shell
 
 
-def test_metrics_expose_refusals_holds_and_dead_letters__scrape() -> None:
+def test_metrics_expose_rebuilds_holds_and_dead_letters__scrape() -> None:
     shell, _ = _shell()
-    shell.recovery_refused = 2
+    shell.rebuilds = 2
     shell.checkpoints.written = 3
     shell.last_recovery_s = 1.5
     shell.hold.failures["maintain[1]"] = 3
@@ -26,7 +26,7 @@ def test_metrics_expose_refusals_holds_and_dead_letters__scrape() -> None:
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
     }
-    assert samples[("kvc_pipeline_recovery_refused_total", ())] == 2
+    assert samples[("kvc_pipeline_rebuilds_total", ())] == 2
     assert samples[("kvc_pipeline_checkpoints_total", ())] == 3
     assert samples[("kvc_pipeline_last_recovery_seconds", ())] == 1.5
     assert samples[("kvc_pipeline_hold_failures_total", (("step", "maintain[1]"),))] == 3

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from faust.types.tuples import Message
 
-from pipeline.progress import Hold, withheld_on_error
+from pipeline.progress import Hold, StepAbandoned, withheld_on_error
 
 
 class ConsumerThatRecordsAcks:
@@ -66,3 +66,29 @@ def test_finished_take_is_acked_normally__no_error() -> None:
     with withheld_on_error(events):
         pass
     assert [e.message.ack(ConsumerThatRecordsAcks()) for e in events] == [True, True]  # type: ignore[arg-type]
+
+
+def test_stop_ends_a_held_step__abandoned_within_its_backoff() -> None:
+    """A held step waits up to 30 s between attempts; a stop must not wait for it (Faust's
+    shutdown waits for the take: a held unit once kept a worker 13 minutes after SIGTERM)."""
+    hold = Hold(first_delay_s=30.0)
+    attempts = 0
+
+    async def failing() -> int:
+        nonlocal attempts
+        attempts += 1
+        raise RuntimeError("broker refuses the dead letter")
+
+    async def scenario() -> float:
+        task = asyncio.create_task(hold.until_done("rechunk", failing))
+        await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        hold.stop()
+        with pytest.raises(StepAbandoned, match="rechunk: abandoned at stop after 1 failed"):
+            await task
+        return loop.time() - t0
+
+    waited = asyncio.run(scenario())
+    assert attempts == 1 and waited < 30.0  # no second attempt, the 30 s backoff cut short
+    assert hold.held == {"rechunk": "RuntimeError: broker refuses the dead letter"}

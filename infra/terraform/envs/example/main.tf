@@ -25,6 +25,7 @@ module "kafka_us_east_1" {
   vpc_cidr           = var.networks["us-east-1"].vpc_cidr
   private_subnet_ids = var.networks["us-east-1"].private_subnet_ids
   peer_cidrs         = [var.networks["eu-west-1"].vpc_cidr]
+  client_password    = var.kafka_client_password
 }
 
 module "kafka_eu_west_1" {
@@ -35,6 +36,7 @@ module "kafka_eu_west_1" {
   vpc_cidr           = var.networks["eu-west-1"].vpc_cidr
   private_subnet_ids = var.networks["eu-west-1"].private_subnet_ids
   peer_cidrs         = [var.networks["us-east-1"].vpc_cidr]
+  client_password    = var.kafka_client_password
 }
 
 # The kafka providers depend on cluster outputs, so a first apply needs

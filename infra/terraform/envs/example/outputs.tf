@@ -15,3 +15,19 @@ output "bootstrap_brokers" {
     "eu-west-1" = module.kafka_eu_west_1.bootstrap_brokers_sasl_iam
   }
 }
+
+output "client_settings" {
+  description = "Per region, the environment of the project's clients (SASL_SSL, SCRAM-SHA-512); add KVCOMPASS_SASL_PASSWORD from client_secret_arns."
+  value = {
+    "us-east-1" = module.kafka_us_east_1.client_settings
+    "eu-west-1" = module.kafka_eu_west_1.client_settings
+  }
+}
+
+output "client_secret_arns" {
+  description = "Per region, the Secrets Manager secret with the clients' SCRAM credentials."
+  value = {
+    "us-east-1" = module.kafka_us_east_1.client_secret_arn
+    "eu-west-1" = module.kafka_eu_west_1.client_secret_arn
+  }
+}

@@ -34,3 +34,9 @@ variable "mm2_plugin_arns" {
   description = "Per region: MSK Connect custom plugin with connect-mirror and aws-msk-iam-auth."
   type        = map(string)
 }
+
+variable "kafka_client_password" {
+  description = "SCRAM password of the project's clients in every region (TF_VAR_kafka_client_password)."
+  type        = string
+  sensitive   = true
+}

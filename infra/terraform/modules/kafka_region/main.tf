@@ -106,7 +106,8 @@ resource "aws_msk_cluster" "kafka" {
   client_authentication {
     unauthenticated = false
     sasl {
-      iam = true
+      iam   = true # MM2 on MSK Connect and the Terraform kafka provider
+      scram = true # the project's own clients (confluent-kafka, aiokafka, Faust): port 9096
     }
   }
 
@@ -137,4 +138,23 @@ resource "aws_msk_cluster" "kafka" {
       }
     }
   }
+}
+
+# SCRAM credentials of the project's clients (wire/kafka_clients.py speaks SCRAM, not MSK IAM).
+# MSK reads them from a Secrets Manager secret named AmazonMSK_*, encrypted with a customer key.
+resource "aws_secretsmanager_secret" "client" {
+  #checkov:skip=CKV2_AWS_57:MSK SCRAM secrets are rotated by applying a new client_password; MSK has no rotation Lambda
+  name       = "AmazonMSK_${var.name}-kvcompass"
+  kms_key_id = aws_kms_key.kafka.arn
+}
+
+resource "aws_secretsmanager_secret_version" "client" {
+  secret_id     = aws_secretsmanager_secret.client.id
+  secret_string = jsonencode({ username = var.client_username, password = var.client_password })
+}
+
+resource "aws_msk_scram_secret_association" "client" {
+  cluster_arn     = aws_msk_cluster.kafka.arn
+  secret_arn_list = [aws_secretsmanager_secret.client.arn]
+  depends_on      = [aws_secretsmanager_secret_version.client]
 }

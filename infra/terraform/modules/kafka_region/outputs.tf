@@ -17,3 +17,23 @@ output "kms_key_arn" {
   description = "Customer-managed key of this region."
   value       = aws_kms_key.kafka.arn
 }
+
+output "bootstrap_brokers_sasl_scram" {
+  description = "Comma-separated host:port list of the SCRAM/TLS listener (port 9096)."
+  value       = aws_msk_cluster.kafka.bootstrap_brokers_sasl_scram
+}
+
+output "client_settings" {
+  description = "Environment of the project's clients (wire/config.py PipelineConfig.from_env); the password is in client_secret_arn. MSK's certificates chain to a public CA: no ssl_ca_location."
+  value = {
+    KAFKA_BOOTSTRAP_SERVERS     = aws_msk_cluster.kafka.bootstrap_brokers_sasl_scram
+    KVCOMPASS_SECURITY_PROTOCOL = "SASL_SSL"
+    KVCOMPASS_SASL_MECHANISM    = "SCRAM-SHA-512"
+    KVCOMPASS_SASL_USERNAME     = var.client_username
+  }
+}
+
+output "client_secret_arn" {
+  description = "Secrets Manager secret holding the clients' SCRAM username and password."
+  value       = aws_secretsmanager_secret.client.arn
+}

@@ -71,3 +71,20 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "client_username" {
+  description = "SCRAM user of the project's clients (pipeline workers, edges, sidecars)."
+  type        = string
+  default     = "kvcompass"
+}
+
+variable "client_password" {
+  description = "SCRAM password of client_username (kept in Secrets Manager; clients read it as KVCOMPASS_SASL_PASSWORD)."
+  type        = string
+  sensitive   = true
+
+  validation {
+    condition     = length(var.client_password) >= 16
+    error_message = "client_password: expected at least 16 characters."
+  }
+}

@@ -40,6 +40,22 @@ locals {
       }
       producer = {}
     }
+    "index-snapshots" = {
+      key        = "C + shard + snapshot id + chunk, or M + shard (partition = shard)"
+      partitions = var.n_shards
+      # Checkpoints of the maintenance units (pipeline.checkpoint): compaction keeps each shard's
+      # latest manifest and the chunks of the latest two checkpoints. Recovery replays the
+      # index-ops tail after the latest checkpoint, so index-ops retention (retention_ms.short)
+      # must exceed the checkpoint period plus its margin (60 s + 10 min by default): the
+      # validation of retention_ms enforces it.
+      config = {
+        "cleanup.policy"            = "compact"
+        "min.cleanable.dirty.ratio" = "0.2"
+        "segment.ms"                = "600000"
+        "min.insync.replicas"       = tostring(var.min_insync_replicas)
+      }
+      producer = {}
+    }
     "queue-vectors" = {
       key        = "region"
       partitions = length(local.regions)

@@ -63,6 +63,12 @@ variable "retention_ms" {
     hours     = 86400000   # 24 hours
     long      = 2592000000 # 30 days
   }
+  validation {
+    # pipeline's checkpoint rule (PipelineConfig: checkpoint_period_ms 60 s + checkpoint_margin_ms
+    # 10 min): recovery replays the index-ops tail after the latest checkpoint.
+    condition     = var.retention_ms.short > 60000 + 600000
+    error_message = "retention_ms.short (index-ops) must exceed the checkpoint period plus its margin (660000 ms)."
+  }
 }
 
 variable "event_log_retention_bytes" {
