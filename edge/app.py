@@ -4,7 +4,7 @@ Owns ``EdgeApp`` (everything a handler reaches: config, service, forwarder, toke
 factory ``assemble`` that builds it from an ``EdgeConfig`` and a ``Deployment`` (in-memory or
 file-backed view, router of the region, Avro codec, record sink), ``build_app`` (routes), and
 ``/health``, ``/metrics``, ``/v1/models``, ``/debug/explain/{id}``, ``/debug/lookup`` and, with
-``admin = true``, ``/admin/policy`` (switch the routing policy live, for comparisons); the debug
+``admin = true``, ``/admin/scheme`` (switch the routing scheme live, for comparisons); the debug
 and admin endpoints ask ``edge.tenants.Tenancy.check_admin`` first. Must not run anything
 forever or consume Kafka (``edge.main``, ``edge.sync``).
 
@@ -18,7 +18,6 @@ and a second HTTP client library for forwarding.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,28 +28,29 @@ from aiohttp import web
 from edge import openai_shapes as shapes
 from edge.cache_states import CacheStates
 from edge.config import EdgeConfig
-from edge.feedback import encode_queue_header
-from edge.forwarder import Forwarder, Route
+from edge.forwarder import Forwarder, WorkerRoute
 from edge.handlers import EDGE, error_middleware, make_completion_handler, read_body
 from edge.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from edge.policies import POLICIES, Policies
+from edge.off_loop import OffLoop
+from edge.request_ids import AmbiguousClientId, ClientIds
+from edge.schemes import EDGE_SCHEMES, Schemes
 from edge.service import EdgeService
 from edge.tenants import Tenancy
 from edge.tokenizer import Tokenizer, make_tokenizer
+from kvcompass.decider import Decider
+from kvcompass.decider.paths import edge_paths
 from kvcompass.deployment import Deployment
-from kvcompass.discovery import EdgeDiscovery
 from kvcompass.errors import ConfigError
 from kvcompass.index_view import IndexView
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
-from kvcompass.router import Router, RouterConfig
-from kvcompass.router import score as sc
-from kvcompass.view_file import ViewStore
-from pipeline.codec import AvroCodec
-from pipeline.config import PipelineConfig
-from pipeline.producer import NullProducer, ProducerPort
-from pipeline.registry import SchemaRegistry, registry_from_url
+from kvcompass.router import RouterConfig
+from wire.codec import AvroCodec
+from wire.config import PipelineConfig
+from wire.producer import NullProducer, ProducerPort
+from wire.registry import SchemaRegistry, registry_from_url
+from wire.view_files import ViewStore
 
 
 @dataclass(slots=True)
@@ -66,17 +66,21 @@ class EdgeApp:
     registry: SchemaRegistry
     tenancy: Tenancy
     store: ViewStore | None = None
-    in_flight: int = 0
+    open_requests: int = 0
     bound_port: int = 0
     patch_follower: Any = None
-    """``edge.sync.PatchFollower`` when the views follow Kafka (set by ``edge.main``)."""
+    """``wire.patch_follower.PatchFollower`` when the views follow Kafka (set by ``edge.main``)."""
+    vector_follower: Any = None
+    """``edge.sync.QueueVectorFollower`` when queue vectors follow Kafka (set by ``edge.main``)."""
     local_workers: frozenset[int] = field(default_factory=frozenset)
     cache_states: CacheStates = field(default_factory=CacheStates)
     """Workers whose cache their sidecar reports unknown (degraded), from ``queue-vectors``."""
     started_s: int = field(default_factory=lambda: int(time.time()))
     """When this edge was assembled (``/v1/models`` ``created``)."""
-    _rid_prefix: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    _rid_seq: int = 0
+    off_loop: OffLoop = field(default_factory=OffLoop)
+    """Parses and tokenizes large bodies off the event loop (``edge.off_loop``)."""
+    client_ids: ClientIds = field(default_factory=lambda: ClientIds(4096))
+    """(tenant, client's request id) → edge request id, for ``/debug/explain``."""
 
     @property
     def limits(self) -> shapes.Limits:
@@ -86,10 +90,6 @@ class EdgeApp:
     def limits_for(self, model: str) -> shapes.Limits:
         c = self.config
         return shapes.Limits(model, c.max_context_tokens, c.max_new_tokens)
-
-    def new_request_id(self) -> str:
-        self._rid_seq += 1
-        return f"{self._rid_prefix}-{self._rid_seq:x}"
 
     def relay_target(self, header: str) -> int:
         """The local worker a peer edge asks this edge to serve on (400 if not one)."""
@@ -101,11 +101,6 @@ class EdgeApp:
             raise shapes.ApiError(400, f"X-KVC-Forward-To: expected a worker of this region "
                                        f"with a configured URL, got {header[:40]!r}")  # fmt: skip
         return w
-
-    def local_queue_header(self) -> str:
-        qv = self.service.router.queue_view
-        ids = qv.local_workers
-        return encode_queue_header(self.service.origin, ids.tolist(), qv.queue_ms[ids].tolist())
 
 
 def assemble(
@@ -138,36 +133,39 @@ def assemble(
         view = IndexView(layout, levels.matrix, pipe.n_shards)
     default = tenancy.model(None)
     hasher = PrefixHasher(KeyNamespace(model_id=default.name, model_config=default.model_config))
-    router = Router.from_deployment(deployment, levels, origin, router_config)
-    discovery = EdgeDiscovery(origin, hasher, view, router)
+    # the one decider (architecture §6); its latencies from the deployment, the maintenance
+    # units in the home region (the deployment's first), as the simulator prices them
+    decider = Decider.for_deployment(deployment, levels, origin, router_config or RouterConfig(),
+                                     hasher, view, edge_paths(deployment, origin))  # fmt: skip
+    discovery = decider.discovery
     registry = registry_from_url(pipe.schema_registry_url)
     codec = AvroCodec(registry)
     wr_arr = np.asarray(deployment.worker_region, dtype=np.int64)
     beta = np.asarray(deployment.prefill_ms_per_token, dtype=np.float64)[wr_arr]
-    policies = Policies(discovery, levels, wr_arr, beta)
+    schemes = Schemes(discovery, levels, wr_arr, beta)
     service = EdgeService(
-        deployment, discovery, model=default.name, codec=codec,
+        deployment, decider, model=default.name, codec=codec,
         sink=sink if sink is not None else NullProducer(), topics=pipe.topics,
         decision_sample_rate=config.decision_sample_rate,
         explain_capacity=config.explain_capacity, seed=config.seed,
-        policies=policies, policy=config.policy,
+        schemes=schemes, scheme=config.scheme,
     )  # fmt: skip
     wr = deployment.worker_region
     wan = deployment.wan_matrix_ms
     peers = {deployment.region_index(name): url.rstrip("/") for name, url in config.peers}
-    routes: dict[int, Route] = {}
+    routes: dict[int, WorkerRoute] = {}
     for w, url in config.worker_urls().items():
         if not 0 <= w < deployment.n_workers:
             raise ConfigError(f"workers: expected ids in 0..{deployment.n_workers - 1}, got {w}")
         r = int(wr[w])
         delay = float(wan[origin, r]) * config.wan_delay_scale / 1000.0 if r != origin else 0.0
         via = peers.get(r) if r != origin else None
-        routes[w] = Route(w, via or url, via is not None, delay)
+        routes[w] = WorkerRoute(w, via or url, via is not None, delay)
     for r, url in peers.items():  # workers of a peer region reached only through its edge
         for w in deployment.workers_of(r).tolist():
             if w not in routes and r != origin:
                 delay = float(wan[origin, r]) * config.wan_delay_scale / 1000.0
-                routes[w] = Route(w, url, True, delay)
+                routes[w] = WorkerRoute(w, url, True, delay)
     service.restrict_to(routes)  # a partial [workers] map: score only what can be reached
     forwarder = Forwarder(
         routes, pool_size=config.pool_size_per_worker,
@@ -179,6 +177,7 @@ def assemble(
         config=config, service=service, forwarder=forwarder,
         tokenizer=make_tokenizer(config.tokenizer), view=view, pipeline=pipe, registry=registry,
         tenancy=tenancy, store=store, local_workers=local,
+        client_ids=ClientIds(config.explain_capacity),
     )  # fmt: skip
 
 
@@ -198,27 +197,30 @@ def build_app(edge: EdgeApp) -> web.Application:
     app.router.add_get("/debug/lookup", lookup)
     app.router.add_post("/debug/lookup", lookup)
     if edge.config.admin:
-        app.router.add_get("/admin/policy", policy)
-        app.router.add_post("/admin/policy", policy)
+        app.router.add_get("/admin/scheme", scheme)
+        app.router.add_post("/admin/scheme", scheme)
     app.on_cleanup.append(_close_forwarder)
     return app
 
 
-async def policy(request: web.Request) -> web.Response:
-    """GET: the active routing policy; POST ``{"policy": name}``: switch to it (admin only)."""
+async def scheme(request: web.Request) -> web.Response:
+    """GET: the active routing scheme; POST ``{"scheme": name}``: switch to it (admin only)."""
     e = request.app[EDGE]
     e.tenancy.check_admin(request.headers.get("Authorization"))
     if request.method == "POST":
         body = shapes.parse_json(await read_body(request))
-        name = body.get("policy")
-        if name not in POLICIES:
-            raise shapes.ApiError(400, f"policy: expected one of {list(POLICIES)}, got {name!r}")
-        e.service.set_policy(name)
-    return web.json_response({"policy": e.service.policy, "policies": list(POLICIES)})
+        name = body.get("scheme")
+        if name not in EDGE_SCHEMES:
+            raise shapes.ApiError(
+                400, f"scheme: expected one of {list(EDGE_SCHEMES)}, got {name!r}"
+            )
+        e.service.set_scheme(name)
+    return web.json_response({"scheme": e.service.scheme, "schemes": list(EDGE_SCHEMES)})
 
 
 async def _close_forwarder(app: web.Application) -> None:
     await app[EDGE].forwarder.close()
+    app[EDGE].off_loop.close()
 
 
 async def health(request: web.Request) -> web.Response:
@@ -227,7 +229,7 @@ async def health(request: web.Request) -> web.Response:
     stalled = list(getattr(e.patch_follower, "stalled", []))
     return web.json_response({
         # still 200: the edge serves; "degraded" says some workers' caches are not in the index,
-        # or the view follower found partitions it does not read (edge.follower_watch)
+        # or the view follower found partitions it does not read (wire.follower_watch)
         "status": "degraded" if unknown or stalled else "ok",
         "cache_unknown_workers": unknown,
         "patches_stalled_partitions": stalled,
@@ -236,7 +238,7 @@ async def health(request: web.Request) -> web.Response:
         "workers_reachable": len(e.forwarder.routes),
         "views_present": int(e.view.present.sum()),
         "views_total": int(e.view.present.size),
-        "in_flight": e.in_flight,
+        "open_requests": e.open_requests,
     })  # fmt: skip
 
 
@@ -262,20 +264,21 @@ def gauges(e: EdgeApp) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
     """State read at scrape time: belief, queue estimates and their staleness, view progress."""
     svc = e.service
     now = svc.clock_ms()
-    state = svc.router.state_view()
-    qv = svc.router.queue_view
-    stale = qv.staleness_ms(now)
+    belief, queue, stale = svc.decider.gauges(now)
     out: list[tuple[str, tuple[tuple[str, str], ...], float]] = []
-    for w in range(svc.router.n_workers):
+    for w in range(belief.shape[0]):
         lab = (("worker", str(w)),)
-        out.append(("belief", lab, float(state[sc.ROW_BELIEF, w])))
-        out.append(("queue_estimate_ms", lab, float(state[sc.ROW_QUEUE, w])))
-        out.append(("queue_staleness_ms", lab, float(stale[w])))
-    out.append(("view_staleness_ms", (), float(now - svc.view_applied_ms)))
+        out.append(("belief", lab, float(belief[w])))
+        out.append(("queue_estimate_ms", lab, float(queue[w])))
+        if np.isfinite(stale[w]):  # unknown is absent, not NaN or inf (scrapers drop those)
+            out.append(("queue_staleness_ms", lab, float(stale[w])))
+    if np.isfinite(svc.view_applied_ms):
+        out.append(("view_staleness_ms", (), float(now - svc.view_applied_ms)))
+    out.append(("decider_open_forwards", (), float(svc.decider.open_forwards())))
     for s, seq in enumerate(e.view.last_seq.tolist()):
         out.append(("view_last_seq", (("shard", str(s)),), float(seq)))
     out.append(("views_present", (), float(e.view.present.sum())))
-    out.append(("in_flight", (), float(e.in_flight)))
+    out.append(("open_requests", (), float(e.open_requests)))
     out.extend(("cache_unknown", (("worker", str(w)),), 1.0) for w in e.cache_states.unknown())
     return out
 
@@ -283,13 +286,27 @@ def gauges(e: EdgeApp) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
 async def explain(request: web.Request) -> web.Response:
     request.app[EDGE].tenancy.check_admin(request.headers.get("Authorization"))
     rid = request.match_info["request_id"]
-    got = request.app[EDGE].service.explain(rid)
+    e = request.app[EDGE]
+    got = e.service.explain(rid)
+    if got is None:  # not an edge id: a client's id, in its tenant's scope
+        tenant = request.query.get("tenant")
+        if tenant is not None:
+            tenant = e.tenancy.tenant(tenant).name
+        try:
+            edge_id = e.client_ids.resolve(rid, tenant, any_tenant=tenant is None)
+        except AmbiguousClientId as exc:
+            raise shapes.ApiError(409, f"request id {rid!r} was used by several tenants "
+                                       f"{exc.tenants}: add ?tenant=<name>", param="tenant",
+                                  code="ambiguous_request_id") from None  # fmt: skip
+        got = e.service.explain(edge_id) if edge_id is not None else None
     if got is None:
         raise shapes.ApiError(404, f"no recent decision for request id {rid[:128]!r}",
                               code="decision_not_found")  # fmt: skip
     # the state now, not at decision time: a worker listed here is served with an empty index
     unknown = request.app[EDGE].cache_states.unknown()
-    return web.json_response({**got, "cache_unknown_workers": unknown})
+    owner = e.client_ids.of_edge(got["request_id"])
+    client = {"tenant": owner[0], "client_request_id": owner[1]} if owner else {}
+    return web.json_response({**got, **client, "cache_unknown_workers": unknown})
 
 
 async def lookup(request: web.Request) -> web.Response:

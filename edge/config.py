@@ -11,36 +11,36 @@ TOML form (every key but ``region`` optional; ``[workers]`` maps global worker i
     deployment = "paper-testbed-14x3"  # built-in name or path to a deployment TOML
     port = 8080
     wan_delay_scale = 0.01             # tests: sleep one-way WAN × scale on each cross-region hop
-    policy = "kvcompass"               # or a baseline: local_cache_aware, consistent_hash, ...
-    admin = false                      # true: POST /admin/policy switches the policy live
+    scheme = "kvcompass"               # or a baseline: local_cache_aware, consistent_hash, ...
+    admin = false                      # true: POST /admin/scheme switches the scheme live
     [workers]
     0 = "http://127.0.0.1:30000"
     8 = "http://127.0.0.1:30008"
     [peers]                            # edges of other regions (relay + piggybacked queues)
     eu = "http://127.0.0.1:8081"
-    [pipeline]                         # optional: Kafka (pipeline.config.PipelineConfig keys)
+    [pipeline]                         # optional: Kafka (wire.config.PipelineConfig keys)
     bootstrap_servers = "127.0.0.1:19092"
     [models."meta-llama/Llama-3.1-8B-Instruct"]   # optional: several models (edge.tenants)
     model_config = "bf16-tp1"
     workers = [0]
     [tenants.acme]                     # optional: API keys; then every request needs one
     api_key = "sk-acme-0123456789"
-    sharing_group = "acme"             # the key salt; default: the tenant's name
+    sharing_group = "acme"             # key salt and engine cache_salt; default: the name
 
 ``edge.admin_token`` guards ``/debug/*`` and ``/admin/*`` (see ``edge.tenants``).
 
 A file that is itself a deployment (has ``regions``) may carry the same tables; the deployment
-part is then used and ``edge.deployment`` is ignored (see ``kvcompass.cli.edge``).
+part is then used and ``edge.deployment`` is ignored (see ``cli.edge``).
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from edge.policies import POLICIES
+from edge.scheme_names import EDGE_SCHEMES
 from edge.tenants import (
     ModelSpec,
     Tenancy,
@@ -48,8 +48,9 @@ from edge.tenants import (
     models_from_mapping,
     tenants_from_mapping,
 )
+from kvcompass.config_mapping import kwargs_from_mapping
 from kvcompass.errors import ConfigError
-from pipeline.config import PipelineConfig
+from wire.config import PipelineConfig
 
 _KIB = 1024
 
@@ -113,13 +114,13 @@ class EdgeConfig:
     a partition with records to read that did not advance over a whole period is a stall (logged
     with the follower's and librdkafka's state, counted in ``patch_stalls_total``, listed in
     ``/health``) and the partitions are assigned again where the follower stands
-    (``edge.follower_watch``)."""
+    (``wire.follower_watch``)."""
     seed: int = 0
     """Seed of the decision sampler."""
-    policy: str = "kvcompass"
-    """Routing policy (``edge.policies.POLICIES``): ``kvcompass`` or a baseline for comparisons."""
+    scheme: str = "kvcompass"
+    """Routing scheme (``edge.scheme_names.EDGE_SCHEMES``): ``kvcompass`` or a baseline."""
     admin: bool = False
-    """True: serve ``POST /admin/policy`` (switch the policy at run time; experiments only)."""
+    """True: serve ``POST /admin/scheme`` (switch the scheme at run time; experiments only)."""
     pipeline: PipelineConfig | None = None
     """Kafka settings; None runs without Kafka (in-memory view, records dropped)."""
     models: tuple[ModelSpec, ...] = ()
@@ -159,8 +160,10 @@ class EdgeConfig:
         if not (self.tokenizer == "builtin" or self.tokenizer.startswith("hf:")):
             raise ConfigError(f"edge.tokenizer: expected 'builtin' or 'hf:<path>', got "
                               f"{self.tokenizer!r}")  # fmt: skip
-        if self.policy not in POLICIES:
-            raise ConfigError(f"edge.policy: expected one of {list(POLICIES)}, got {self.policy!r}")
+        if self.scheme not in EDGE_SCHEMES:
+            raise ConfigError(
+                f"edge.scheme: expected one of {list(EDGE_SCHEMES)}, got {self.scheme!r}"
+            )
         if not isinstance(self.admin, bool):
             raise ConfigError(f"edge.admin: expected true or false, got {self.admin!r}")
         if self.view_mode not in ("writer", "reader"):
@@ -202,14 +205,9 @@ class EdgeConfig:
         tenants: dict[str, Any] | None = None,
     ) -> EdgeConfig:
         """From parsed tables (or flags); unknown keys are refused so a typo is not a default."""
-        known = {f.name for f in fields(cls)} - {"workers", "peers", "pipeline", "models",
-                                                  "tenants"}  # fmt: skip
-        kwargs: dict[str, Any] = {}
-        for raw_key, value in edge.items():
-            key = raw_key.replace("-", "_")
-            if key not in known:
-                raise ConfigError(f"edge config: expected keys in {sorted(known)}; got {raw_key!r}")
-            kwargs[key] = value
+        kwargs = kwargs_from_mapping(
+            cls, edge, "edge config", exclude=("workers", "peers", "pipeline", "models", "tenants")
+        )
         try:
             kwargs["workers"] = tuple(sorted((int(k), str(v)) for k, v in (workers or {}).items()))
         except ValueError as exc:

@@ -2,21 +2,24 @@
 
 Owns reading the reused-prefix count out of SGLang and OpenAI response objects (whole bodies or
 SSE events), splitting an SSE byte stream into events, and the queue-vector response header
-(encode on the serving side, decode on the requesting side). Must not touch the router: the
-service folds what this module extracts into ``Router.on_response``.
+(encode on the serving side, decode on the requesting side). Must not touch the decider: the
+service folds what this module extracts into it.
 
 Reused tokens, first found wins:
 ``meta_info.cached_tokens`` (SGLang ``/generate``); ``meta_info.cached_tokens_details``
 ``{device, host}`` summed when ``cached_tokens`` is absent; ``usage.prompt_tokens_details
 .cached_tokens`` (OpenAI shapes). A response naming none of them gives ``None`` (no feedback).
 
-Queue-vector header (added by the serving region's EDGE to a relayed response — the worker and
-its sidecar are not on the HTTP path, the edge is and already polls its workers' loads)::
+Queue-vector header (added by the serving region's EDGE to a relayed response or a refusal —
+the worker and its sidecar are not on the HTTP path, the edge is and books its workers): the
+decider's ``QueueVector`` (v3 fields, architecture §6)::
 
-    X-KVC-Queue-Vector: v1;r=<region id>;q=<worker id>:<queue ms>,<worker id>:<queue ms>,...
+    X-KVC-Queue-Vector: v2;r=<region>;t=<taken ms, sender's clock>;q=<worker>:<queue ms>,...;
+                        f=<worker>:<arrive ms>:<work ms>,...
 
-ASCII, ids as decimal ints, queue ms as non-negative decimals with at most 3 decimals, at most
-``MAX_VECTOR_WORKERS`` entries (a few dozen bytes for a 16-worker region, paper §3.4).
+ASCII, ids as decimal ints, times with at most 3 decimals, at most ``MAX_VECTOR_WORKERS``
+entries (a few dozen bytes for a 16-worker region, paper §3.4); ``f`` (the sender's forwards not
+landed) may be empty. A v1 value (``v1;r=..;q=..``, no time, no forwards) still reads.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from kvcompass.decider import QueueVector
 
 QUEUE_HEADER = "X-KVC-Queue-Vector"
 RELAY_HEADER = "X-KVC-Forward-To"
@@ -35,6 +39,9 @@ WORKER_HEADER = "X-KVC-Worker"
 """Response header naming the global id of the worker that served the request (for clients
 that account cross-region reuse, e.g. the end-to-end demo)."""
 """Set by an edge relaying a request to a peer edge: the global id of the worker to serve it."""
+ORIGIN_HEADER = "X-KVC-Origin-Region"
+"""Set with ``X-KVC-Forward-To``: the region index of the relaying edge (its piggyback's
+destination)."""
 MAX_VECTOR_WORKERS = 4096
 
 
@@ -102,36 +109,59 @@ class SSEScanner:
         return out
 
 
-def encode_queue_header(region: int, worker_ids: Sequence[int], queue_ms: Sequence[float]) -> str:
-    """The header value for ``region``'s vector."""
+def encode_queue_header(vec: QueueVector) -> str:
+    """The header value for ``vec`` (v2: reading time and in-flight forwards included)."""
     pairs = ",".join(
-        f"{int(w)}:{max(float(q), 0.0):.3f}" for w, q in zip(worker_ids, queue_ms, strict=True)
+        f"{int(w)}:{max(float(q), 0.0):.3f}"
+        for w, q in zip(vec.worker_ids.tolist(), vec.queue_ms.tolist(), strict=True)
     )
-    return f"v1;r={int(region)};q={pairs}"
+    flying = ",".join(f"{int(w)}:{a:.3f}:{max(k, 0.0):.3f}" for w, a, k in vec.in_flight)
+    return f"v2;r={int(vec.region)};t={vec.taken_ms:.3f};q={pairs};f={flying}"
+
+
+def _fields(value: str) -> dict[str, str] | None:
+    parts = value.split(";")
+    out = {}
+    for p in parts[1:]:
+        k, sep, v = p.partition("=")
+        if not sep or k in out:
+            return None
+        out[k] = v
+    return out
 
 
 def decode_queue_header(
-    value: str, n_regions: int, n_workers: int
-) -> tuple[int, np.ndarray, np.ndarray] | None:
-    """(region, worker ids, queue ms) or None if the value is malformed or out of range."""
-    parts = value.split(";")
-    if len(parts) != 3 or parts[0] != "v1" or not parts[1].startswith("r="):
-        return None
-    if not parts[2].startswith("q="):
+    value: str, n_regions: int, n_workers: int, now_ms: float
+) -> QueueVector | None:
+    """The vector in a header value, or None if it is malformed or out of range. A v1 value
+    (no reading time, no in-flight list) is taken as read at ``now_ms``."""
+    version = value.split(";", 1)[0]
+    fields = _fields(value) if version in ("v1", "v2") else None
+    want = {"r", "q"} if version == "v1" else {"r", "t", "q", "f"}
+    if fields is None or set(fields) != want:
         return None
     try:
-        region = int(parts[1][2:])
-        items = [p.split(":") for p in parts[2][2:].split(",")] if parts[2][2:] else []
-        if len(items) > MAX_VECTOR_WORKERS or any(len(it) != 2 for it in items):
+        region = int(fields["r"])
+        taken = float(fields["t"]) if "t" in fields else now_ms
+        items = [p.split(":") for p in fields["q"].split(",")] if fields["q"] else []
+        flying = [p.split(":") for p in fields["f"].split(",")] if fields.get("f") else []
+        if len(items) + len(flying) > MAX_VECTOR_WORKERS:
+            return None
+        if any(len(it) != 2 for it in items) or any(len(it) != 3 for it in flying):
             return None
         ids = np.array([int(a) for a, _ in items], dtype=np.int64)
         qs = np.array([float(b) for _, b in items], dtype=np.float64)
+        in_flight = tuple((int(w), float(a), float(k)) for w, a, k in flying)
     except ValueError:
         return None
-    if not 0 <= region < n_regions or not ids.size:
+    if not 0 <= region < n_regions or not math.isfinite(taken):
         return None
-    if ids.min() < 0 or ids.max() >= n_workers or len(set(ids.tolist())) != ids.size:
+    if version == "v1" and not ids.size:
         return None
-    if not all(math.isfinite(q) and q >= 0 for q in qs.tolist()):
+    every = ids.tolist() + [w for w, _, _ in in_flight]
+    if any(not 0 <= w < n_workers for w in every) or len(set(ids.tolist())) != ids.size:
         return None
-    return region, ids, qs
+    times = qs.tolist() + [x for _, a, k in in_flight for x in (a, k)]
+    if not all(math.isfinite(q) for q in times) or any(q < 0 for q in qs.tolist()):
+        return None
+    return QueueVector(region, taken, ids, qs, in_flight)

@@ -5,8 +5,8 @@ others; ``GET /v1/loads`` goes through an aiohttp session per worker), where a r
 (the worker itself, or — for a worker of another region whose edge is listed in
 ``EdgeConfig.peers`` — that edge, with ``X-KVC-Forward-To``), the connect / first-byte
 timeouts, and the emulated WAN. Must not decide anything or read bodies: it returns the open
-``Response`` and the handler streams it. Worker URLs are ``http://`` (a private network; no TLS
-on this hop).
+``UpstreamResponse`` and the handler streams it. Worker URLs are ``http://`` (a private network;
+no TLS on this hop).
 
 Emulated WAN (tests and benchmarks; real netem is out of scope): for a worker outside the
 edge's region the forwarder sleeps ``wan_one_way_ms[o][r] × wan_delay_scale`` before sending and
@@ -24,7 +24,7 @@ import aiohttp
 import yarl
 
 from edge.feedback import RELAY_HEADER
-from edge.http_client import HTTPError, Pool, Response
+from edge.http_client import HTTPError, Pool, UpstreamResponse
 from kvcompass.errors import ConfigError
 
 
@@ -37,7 +37,7 @@ class ForwardError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class WorkerRoute:
     """Where requests for one worker go."""
 
     worker: int
@@ -55,7 +55,7 @@ class Forwarder:
 
     def __init__(
         self,
-        routes: Mapping[int, Route],
+        routes: Mapping[int, WorkerRoute],
         *,
         pool_size: int,
         connect_timeout_ms: float,
@@ -83,6 +83,11 @@ class Forwarder:
     def reachable(self, worker: int) -> bool:
         return worker in self.routes
 
+    def relayed(self, worker: int) -> bool:
+        """Whether requests for ``worker`` go through its region's edge."""
+        route = self.routes.get(worker)
+        return route is not None and route.relayed
+
     def _session(self, worker: int) -> aiohttp.ClientSession:
         s = self._sessions.get(worker)
         if s is None or s.closed:
@@ -105,7 +110,7 @@ class Forwarder:
         headers: Mapping[str, str],
         *,
         relay_headers: Mapping[str, str] | None = None,
-    ) -> Response:
+    ) -> UpstreamResponse:
         """POST ``body`` to the worker's ``path``; raises ``ForwardError`` (retry elsewhere).
         ``relay_headers`` (the client's credentials) go only to a peer edge, never a worker."""
         route = self.routes[worker]

@@ -13,6 +13,12 @@ unknown key when tenants are configured); the body's ``model`` picks the model (
 looked up in and the workers it may go to. A relayed request is authenticated again by the
 serving edge (the client's ``Authorization`` goes along to the peer edge, never to a worker).
 
+Request ids (``edge.request_ids``): every completion gets an edge-minted, unguessable id; it keys
+the decision and is the id the worker sees. A client's ``X-Request-Id`` (or ``/generate``'s body
+``rid``) is kept beside it, scoped to the tenant, and echoed back; the edge id rides in
+``X-KVC-Request-Id``. The worker's body carries the tenant's sharing group as ``cache_salt``
+(``edge.isolation``). Large bodies are parsed and tokenized off the loop (``edge.off_loop``).
+
 Retry: when sending fails (connect error, timeout before response headers, or status 429/5xx)
 the request goes once to the next-best explained candidate. Once the worker has started
 answering, nothing is retried (the client may already have bytes).
@@ -23,30 +29,41 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
-from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from edge import isolation, request_ids
 from edge import openai_shapes as shapes
+from edge.client_watch import ClientLeft, unless_client_leaves
 from edge.feedback import (
+    ORIGIN_HEADER,
     QUEUE_HEADER,
     RELAY_HEADER,
     WORKER_HEADER,
     SSEScanner,
     decode_queue_header,
+    encode_queue_header,
     reused_from_json,
 )
 from edge.forwarder import ForwardError
-from edge.http_client import HTTPError, Response
+from edge.http_client import HTTPError, UpstreamResponse
+from edge.relay import (
+    REFUSED_HEADER,
+    REFUSED_STATUS,
+    SHORTLIST_HEADER,
+    decode_shortlist,
+    encode_shortlist,
+)
+from kvcompass.decider import QueueVector
 
 if TYPE_CHECKING:
     from edge.app import EdgeApp
-    from edge.service import Explained
+    from edge.service import EdgeService, Explained
+    from edge.tenants import ModelSpec, Scope
 
 log = logging.getLogger(__name__)
-_RID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _PARSERS = {
     "generate": shapes.parse_generate,
     "completions": shapes.parse_completions,
@@ -55,12 +72,9 @@ _PARSERS = {
 
 
 def request_id(request: web.Request) -> str:
-    """The client's ``X-Request-Id`` if usable (1–128 of ``[A-Za-z0-9._:-]``), else a new one:
-    a random per-process prefix plus a counter (unique without a syscall per request)."""
-    rid = request.headers.get("X-Request-Id", "")
-    if _RID.match(rid):
-        return rid
-    return request.app[EDGE].new_request_id()
+    """The id echoed to the client: its ``X-Request-Id`` if usable, else a new edge id
+    (``edge.request_ids``)."""
+    return request_ids.client_id(request.headers.get("X-Request-Id")) or request_ids.mint()
 
 
 def error_response(err: shapes.ApiError, rid: str) -> web.Response:
@@ -72,6 +86,10 @@ def error_response(err: shapes.ApiError, rid: str) -> web.Response:
 
 EDGE: web.AppKey[EdgeApp] = web.AppKey("edge")
 """The ``EdgeApp`` an application serves (set by ``edge.app.build_app``)."""
+_IDS: web.RequestKey[request_ids.RequestIds] = web.RequestKey(
+    "kvc_request_ids", request_ids.RequestIds
+)
+"""Where a completion request keeps its ``RequestIds`` (the edge's and the client's)."""
 
 
 def _state(request: web.Request) -> EdgeApp:
@@ -129,45 +147,112 @@ async def read_body(request: web.Request) -> bytes:
 def make_completion_handler(kind: str) -> Any:
     async def handle(request: web.Request) -> web.StreamResponse:
         st = _state(request)
-        rid = request_id(request)
-        st.in_flight += 1
+        ids = request_ids.RequestIds(
+            request_ids.mint(), request_ids.client_id(request.headers.get("X-Request-Id"))
+        )
+        st.open_requests += 1
         try:
-            return await _serve(request, st, kind, rid)
+            return await _serve(request, st, kind, ids)
         except shapes.ApiError as err:
             st.service.metrics.inc("requests_total", endpoint=kind, status=err.status)
             st.service.metrics.inc("errors_total", type=err.err_type)
-            return error_response(err, rid)
+            resp = error_response(err, ids.echo)
+            resp.headers[request_ids.EDGE_ID_HEADER] = ids.edge
+            return resp
         finally:
-            st.in_flight -= 1
+            st.open_requests -= 1
 
     return handle
 
 
-async def _serve(request: web.Request, st: EdgeApp, kind: str, rid: str) -> web.StreamResponse:
+def _parse(st: EdgeApp, kind: str, raw: bytes) -> tuple[dict[str, Any], ModelSpec, shapes.Parsed]:
+    """Decode, pick the model, validate and tokenize (off the loop for a large body)."""
+    body = shapes.parse_json(raw)
+    model = st.tenancy.model(body.get("model"))
+    return body, model, _PARSERS[kind](body, st.tokenizer, st.limits_for(model.name))
+
+
+async def _serve(
+    request: web.Request, st: EdgeApp, kind: str, ids: request_ids.RequestIds
+) -> web.StreamResponse:
     auth = request.headers.get("Authorization")
     tenant = st.tenancy.authenticate(auth)
     raw = await read_body(request)
-    body = shapes.parse_json(raw)
-    if kind == "generate" and isinstance(body.get("rid"), str) and _RID.match(body["rid"]):
-        rid = body["rid"]
-    model = st.tenancy.model(body.get("model"))
-    parsed = _PARSERS[kind](body, st.tokenizer, st.limits_for(model.name))
+    body, model, parsed = await st.off_loop.run(len(raw), lambda: _parse(st, kind, raw))
+    if kind == "generate" and ids.client is None:  # SGLang's own id field: the client's id
+        ids.client = request_ids.client_id(body.get("rid"))
+    if ids.client is not None:
+        st.client_ids.add(tenant.name if tenant is not None else None, ids.client, ids.edge)
     scope = st.tenancy.scope(model, tenant)
+    parsed = isolation.worker_body(parsed, body, scope.cache_salt, ids)
+    rid = ids.edge
+    request[_IDS] = ids
     relay_headers = {"Authorization": auth} if auth is not None and tenant is not None else None
+    reachable = st.forwarder.reachable
+
+    def usable(w: int) -> bool:
+        return scope.allows(w) and reachable(w)
+
     relay = request.headers.get(RELAY_HEADER)
     if relay is not None:
-        worker = st.relay_target(relay)
-        if not scope.allows(worker):
-            raise shapes.ApiError(403, f"X-KVC-Forward-To: worker {worker} does not serve this "
-                                       "model for this tenant", code="forbidden")  # fmt: skip
-        return await _proxy(request, st, kind, rid, raw, parsed, [worker], None)
+        return await _serve_relay(request, st, kind, rid, raw, parsed, scope, relay, usable)
     ex = st.service.decide(rid, parsed.tokens, scope)
-    reachable = st.forwarder.reachable
-    cands = st.service.candidates(ex, lambda w: scope.allows(w) and reachable(w))[:2]
+    cands = st.service.candidates(ex, usable)[:2]
     if not cands:
         raise shapes.ApiError(503, "no reachable worker can serve this request",
                               "service_unavailable", code="no_candidates")  # fmt: skip
-    return await _proxy(request, st, kind, rid, raw, parsed, cands, ex, relay_headers)
+    return await _proxy(request, st, kind, rid, raw, parsed, cands, ex, usable, relay_headers)
+
+
+async def _serve_relay(
+    request: web.Request,
+    st: EdgeApp,
+    kind: str,
+    rid: str,
+    raw: bytes,
+    parsed: shapes.Parsed,
+    scope: Scope,
+    relay: str,
+    usable: Callable[[int], bool],
+) -> web.StreamResponse:
+    """A peer edge relayed a request here. With its shortlist (route-and-reserve) this edge
+    books one of its workers or refuses; without one it serves on the named worker, unbooked."""
+    worker = st.relay_target(relay)
+    dep = st.service.deployment
+    origin = _origin_region(request, dep.n_regions)
+    raw_sl = request.headers.get(SHORTLIST_HEADER)
+    if raw_sl is not None and st.service.decider.config.booking:
+        sl = decode_shortlist(raw_sl, dep.n_regions, dep.n_workers)
+        if sl is None or sl.region != st.service.origin:
+            raise shapes.ApiError(400, f"{SHORTLIST_HEADER}: expected a shortlist for this "
+                                       f"region's workers, got {raw_sl[:80]!r}")  # fmt: skip
+        ex, vec = st.service.on_relay(rid, parsed.tokens, sl, scope)
+        if ex is None:
+            headers = {**request[_IDS].headers(), REFUSED_HEADER: "1"}
+            if vec is not None:
+                headers[QUEUE_HEADER] = encode_queue_header(vec)
+            st.service.metrics.inc("requests_total", endpoint=kind, status=REFUSED_STATUS)
+            return web.Response(status=REFUSED_STATUS, headers=headers)
+        cands = [w for w in [ex.plan.worker, *ex.order] if usable(w)][:1]
+        if not cands:
+            raise shapes.ApiError(503, "no reachable worker can serve this request",
+                                  "service_unavailable", code="no_candidates")  # fmt: skip
+        return await _proxy(request, st, kind, rid, raw, parsed, cands, ex, usable,
+                            relay_origin=sl.origin)  # fmt: skip
+    if not scope.allows(worker):
+        raise shapes.ApiError(403, f"X-KVC-Forward-To: worker {worker} does not serve this "
+                                   "model for this tenant", code="forbidden")  # fmt: skip
+    return await _proxy(request, st, kind, rid, raw, parsed, [worker], None, usable,
+                        relay_origin=origin)  # fmt: skip
+
+
+def _origin_region(request: web.Request, n_regions: int) -> int | None:
+    """The region of the edge that relayed ``request`` (``ORIGIN_HEADER``), if it says so."""
+    try:
+        r = int(request.headers.get(ORIGIN_HEADER, ""))
+    except ValueError:
+        return None
+    return r if 0 <= r < n_regions else None
 
 
 async def _proxy(
@@ -179,143 +264,127 @@ async def _proxy(
     parsed: shapes.Parsed,
     cands: list[int],
     ex: Explained | None,
+    usable: Callable[[int], bool],
     relay_headers: dict[str, str] | None = None,
+    relay_origin: int | None = None,
 ) -> web.StreamResponse:
-    metrics = st.service.metrics
-    fwd = parsed.forward_body
-    payload = raw if fwd is None else json.dumps(fwd, separators=(",", ":")).encode()
-    headers = {"Content-Type": "application/json", "X-Request-Id": rid}
-    resp: Response | None = None
+    """Send to the first candidate that answers (one retry; one re-decision after a refusal),
+    then stream the answer back and feed the decider at the first byte and at the end.
+    ``relay_origin``: this edge serves a peer's relay (piggyback its vector for that region)."""
+    svc = st.service
+    metrics = svc.metrics
+    payload = isolation.payload(parsed, raw)
+    headers = {"Content-Type": "application/json", "X-Request-Id": rid}  # the edge's id
+    resp: UpstreamResponse | None = None
     worker = -1
-    for i, w in enumerate(cands):
-        if i:
+    queue = list(cands)
+    tried = 0
+    refused = False
+    while queue:
+        w = queue.pop(0)
+        if tried:
             metrics.inc("retries_total")
+        tried += 1
+        relayed = st.forwarder.relayed(w)
+        hdrs = headers
         if ex is not None:
-            st.service.dispatch(ex, w)
+            svc.dispatch(ex, w, parsed.tokens, relayed=relayed)
+            sl = svc.shortlist_for(ex, w) if relayed else None
+            if relayed:
+                hdrs = {**headers, ORIGIN_HEADER: str(svc.origin)}
+            if sl is not None:
+                hdrs[SHORTLIST_HEADER] = encode_shortlist(sl)
         try:
-            resp = await _unless_client_leaves(
-                request,
-                st.forwarder.send(w, parsed.worker_path, payload, headers,
-                                  relay_headers=relay_headers),
+            resp = await unless_client_leaves(
+                request, st.forwarder.send(w, parsed.worker_path, payload, hdrs,
+                                           relay_headers=relay_headers),
             )  # fmt: skip
-            worker = w
-            break
         except ClientLeft:
             if ex is not None:
-                st.service.undispatch(w)
+                svc.undispatch(ex, w)
             metrics.inc("client_disconnect_total")
             log.debug("client left before worker %d answered: upstream request closed", w)
             return web.Response(status=499)  # nobody reads it (nginx's "client closed request")
         except ForwardError as err:
             if ex is not None:
-                st.service.undispatch(w)
+                svc.undispatch(ex, w)
             metrics.inc("forward_failures_total", reason=err.reason)
             if ex is not None:
                 ex.attempts.append({"worker": w, "error": str(err)[:300]})
+            continue
+        if resp.status == REFUSED_STATUS and REFUSED_HEADER in resp.headers and ex is not None:
+            raw_qv = resp.headers.get(QUEUE_HEADER)
+            resp.release()
+            resp = None
+            if refused:  # a final plan must be accepted; the owner did not: stop here
+                raise shapes.ApiError(502, f"region of worker {w} refused a final relay",
+                                      "upstream_error", code="relay_refused")  # fmt: skip
+            refused = True
+            vec = _vector(st, raw_qv)
+            ex.attempts.append({"worker": w, "refused": True})
+            queue = [x for x in svc.on_refused(ex, vec) if usable(x)][:2]
+            continue
+        worker = w
+        break
     if resp is None:
-        raise shapes.ApiError(502, f"no worker answered ({len(cands)} tried)", "upstream_error",
+        raise shapes.ApiError(502, f"no worker answered ({tried} tried)", "upstream_error",
                               code="upstream_unavailable")  # fmt: skip
+    served = worker
+    if st.forwarder.relayed(worker):  # the owner may have picked another of its workers
+        named = resp.headers.get(WORKER_HEADER, "")
+        if named.isdigit() and svc.worker_region_of(worker) == _region_or(svc, int(named)):
+            served = int(named)
     if ex is not None:
-        st.service.on_forward(rid, ex, worker, parsed.tokens)
-    out_headers = {"X-Request-Id": rid, WORKER_HEADER: str(worker)}
-    if ex is None:  # relayed: piggyback this region's live queue vector
-        out_headers[QUEUE_HEADER] = st.local_queue_header()
+        svc.on_accepted(rid, ex, served)
+    out_headers = {**request[_IDS].headers(), WORKER_HEADER: str(served)}
+    if relay_origin is not None:  # serving a relay: piggyback this region's vector
+        vec_out = svc.piggyback(relay_origin)
+        if vec_out is not None:
+            out_headers[QUEUE_HEADER] = encode_queue_header(vec_out)
+    qv = None
+    raw_qv = resp.headers.get(QUEUE_HEADER)
+    if raw_qv is not None and ex is not None:
+        qv = _vector(st, raw_qv)
+        metrics.inc("piggybacks_total", result="ok" if qv is not None else "malformed")
+
+    def first(reused: int | None) -> None:
+        if ex is not None:
+            svc.on_first_token(ex, served, reused, qv)
+
+    reused: int | None = None
     try:
-        qv = None
-        raw_qv = resp.headers.get(QUEUE_HEADER)
-        if raw_qv is not None and ex is not None:
-            dep = st.service.deployment
-            qv = decode_queue_header(raw_qv, dep.n_regions, dep.n_workers)
-            metrics.inc("piggybacks_total", result="ok" if qv is not None else "malformed")
         if parsed.stream and resp.status == 200:
-            out, reused = await _stream(request, resp, parsed, out_headers)
+            out, reused = await _stream(request, resp, parsed, out_headers, first)
         else:
             out, reused = await _whole(resp, parsed.kind, out_headers)
+            if resp.status == 200:
+                first(reused)
     except (HTTPError, ConnectionError, asyncio.IncompleteReadError) as exc:
         raise shapes.ApiError(502, f"worker {worker} failed mid-response: {exc!r}"[:300],
                               "upstream_error") from None  # fmt: skip
     finally:
         resp.release()
         if ex is not None:
-            st.service.on_done(ex)
+            svc.on_usage(ex, reused)
+            svc.on_done(ex)
     metrics.inc("requests_total", endpoint=kind, status=out.status)
-    if ex is not None:
-        st.service.on_response(ex, worker, reused, qv)
     return out
 
 
-CLIENT_POLL_S = 0.5
-"""How often the requests waiting for their worker's response head are checked for a client that
-left (SGLang itself checks its clients every 4 s)."""
+def _region_or(svc: EdgeService, worker: int) -> int:
+    """The region of ``worker``, -1 if no such worker."""
+    return svc.worker_region_of(worker) if 0 <= worker < svc.deployment.n_workers else -1
 
 
-class ClientLeft(Exception):
-    """The client closed its connection before the worker answered."""
-
-
-def _client_gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
-class _Waiting:
-    """The handlers awaiting a worker's response head, and one watcher per event loop that
-    cancels those whose client left. One set insert and delete per request, where a watch loop
-    per request (a task and a timed wait) cost 16–25 µs of CPU, 4–6% of a forward."""
-
-    def __init__(self) -> None:
-        self.tasks: dict[asyncio.Task[Any], web.Request] = {}
-        self.left: set[asyncio.Task[Any]] = set()
-        self.watcher: asyncio.Task[None] | None = None
-
-    async def watch(self) -> None:
-        while self.tasks:
-            await asyncio.sleep(CLIENT_POLL_S)
-            for task, request in list(self.tasks.items()):
-                if task not in self.left and _client_gone(request):
-                    self.left.add(task)
-                    task.cancel()
-        self.watcher = None
-
-    def add(self, task: asyncio.Task[Any], request: web.Request) -> None:
-        self.tasks[task] = request
-        if self.watcher is None or self.watcher.done():
-            self.watcher = asyncio.get_running_loop().create_task(self.watch())
-
-
-_WAITING: dict[asyncio.AbstractEventLoop, _Waiting] = {}
-
-
-async def _unless_client_leaves(request: web.Request, send: Awaitable[Response]) -> Response:
-    """Await ``send`` (the forward, until the worker's response head); if the client leaves
-    meanwhile, the watcher cancels this handler there, which closes the upstream connection
-    (``Pool.post``), so the worker (or the peer edge relaying to it) sees the disconnect and
-    aborts the queued request, as a proxy should (nginx's ``proxy_ignore_client_abort off``).
-    Raises ``ClientLeft``."""
-    me = asyncio.current_task()
-    if me is None:  # not in a task: nothing can cancel it
-        return await send
-    loop = asyncio.get_running_loop()
-    waiting = _WAITING.get(loop)
-    if waiting is None:
-        waiting = _WAITING[loop] = _Waiting()
-        for old in [lp for lp in _WAITING if lp.is_closed()]:
-            del _WAITING[old]
-    waiting.add(me, request)
-    try:
-        return await send
-    except asyncio.CancelledError:
-        if me not in waiting.left:
-            raise
-        me.uncancel()
-        raise ClientLeft() from None
-    finally:
-        waiting.tasks.pop(me, None)
-        waiting.left.discard(me)
+def _vector(st: EdgeApp, raw: str | None) -> QueueVector | None:
+    if raw is None:
+        return None
+    dep = st.service.deployment
+    return decode_queue_header(raw, dep.n_regions, dep.n_workers, st.service.clock_ms())
 
 
 async def _whole(
-    resp: Response, kind: str, headers: dict[str, str]
+    resp: UpstreamResponse, kind: str, headers: dict[str, str]
 ) -> tuple[web.StreamResponse, int | None]:
     data = await resp.read()
     reused = reused_from_json(data) if resp.status == 200 else None
@@ -331,8 +400,14 @@ async def _whole(
 
 
 async def _stream(
-    request: web.Request, resp: Response, parsed: shapes.Parsed, headers: dict[str, str]
+    request: web.Request,
+    resp: UpstreamResponse,
+    parsed: shapes.Parsed,
+    headers: dict[str, str],
+    first: Callable[[int | None], None],
 ) -> tuple[web.StreamResponse, int | None]:
+    """Stream the worker's events to the client; ``first`` is called once, at the first
+    chunk, with the reuse count if that chunk carried it (SGLang's ``/generate`` does)."""
     headers["Content-Type"] = "text/event-stream"
     headers["Cache-Control"] = "no-cache"
     out = web.StreamResponse(status=200, headers=headers)
@@ -343,13 +418,13 @@ async def _stream(
     # Pass-through (bytes leave as they arrive) unless events must be reshaped or dropped.
     through = not chat and not parsed.strip_usage
     started: set[int] = set()
+    answered = False
     try:
         async for chunk in resp.iter_chunks():
             if through:
                 await out.write(chunk)
-                if reused is not None:
-                    continue
-            for event in scanner.feed(chunk):
+            events = scanner.feed(chunk) if not through or reused is None else []
+            for event in events:
                 if event == b"[DONE]":
                     if not through:
                         await out.write(b"data: [DONE]\n\n")
@@ -360,6 +435,9 @@ async def _stream(
                     data = _reshaped(event, chat, parsed.strip_usage, started)
                     if data is not None:
                         await out.write(data)
+            if not answered:
+                answered = True
+                first(reused)
         await out.write_eof()
     except (ConnectionError, HTTPError, asyncio.IncompleteReadError) as exc:  # a side went away
         log.debug("stream ended early: %r", exc)

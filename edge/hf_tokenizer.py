@@ -18,6 +18,10 @@ class HFTokenizer:
 
     def __init__(self, path: str) -> None:
         self._tok: Any = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        # the longest vocabulary entry: byte-level BPE spells one byte per character, so no
+        # token decodes to more characters than its entry has (special tokens included). Sound
+        # for normalizers that delete no characters (Llama 3, Qwen, Llama 2's SentencePiece)
+        self.max_chars_per_token = max((len(t) for t in self._tok.get_vocab()), default=1)
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=True))

@@ -44,7 +44,7 @@ class _Conn:
         self.writer.close()
 
 
-class Response:
+class UpstreamResponse:
     """Status, headers and a body to read once (``read`` or ``iter_chunks``), then ``release``."""
 
     __slots__ = ("_chunked", "_conn", "_done", "_keep", "_left", "_pool", "headers", "status")
@@ -139,7 +139,7 @@ class Pool:
         headers: Mapping[str, str],
         connect_timeout_s: float,
         first_byte_timeout_s: float,
-    ) -> Response:
+    ) -> UpstreamResponse:
         head = [b"POST ", path.encode(), b" HTTP/1.1\r\nHost: ", self._host_header,
                 b"\r\nContent-Length: ", str(len(body)).encode(), b"\r\n"]  # fmt: skip
         for k, v in headers.items():
@@ -170,7 +170,7 @@ class Pool:
             return self._response(conn, raw)
         raise HTTPError("connect", f"{self.host}:{self.port}: closed twice")  # pragma: no cover
 
-    def _response(self, conn: _Conn, raw: bytes) -> Response:
+    def _response(self, conn: _Conn, raw: bytes) -> UpstreamResponse:
         lines = raw.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
@@ -182,7 +182,7 @@ class Pool:
                 k, _, v = line.partition(":")
                 headers.add(k.strip(), v.strip())
         keep = parts[0] == "HTTP/1.1" and headers.get("Connection", "").lower() != "close"
-        return Response(self, conn, int(parts[1]), headers, keep)
+        return UpstreamResponse(self, conn, int(parts[1]), headers, keep)
 
     def close(self) -> None:
         for c in self._idle:

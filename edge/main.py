@@ -28,14 +28,16 @@ from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
 from edge.connections import CappedTCPSite, server_timeouts
 from edge.loads import LocalLoads
-from edge.policies import POLICIES
+from edge.schemes import EDGE_SCHEMES
 from edge.shared_view import ViewFileFollower
-from edge.sync import open_followers
-from kvcompass.cli.deployments import load_deployment
+from edge.sync import broadcast, open_followers
 from kvcompass.deployment import Deployment
 from kvcompass.errors import ConfigError
-from pipeline.producer import KafkaProducer, NullProducer, ProducerPort
-from pipeline.topics import ensure_topics
+from wire.deployments import load_deployment
+from wire.kafka_clients import librdkafka_conf
+from wire.producer import KafkaProducer, NullProducer, ProducerPort
+from wire.stopping import StopDeadline
+from wire.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 BOOTSTRAP_TIMEOUT_S = 120.0
@@ -64,7 +66,7 @@ first ladders, so each lookup and scoring kernel runs once."""
 
 
 def warm_up(edge: EdgeApp) -> float:
-    """Run one decision and every policy's ordering on a made-up prompt before the edge accepts
+    """Run one decision and every scheme's ordering on a made-up prompt before the edge accepts
     requests, so numba compiles (or loads from its cache) every kernel a request reaches. With a
     cold numba cache (a fresh clone) the first requests otherwise waited seconds for the
     compiler: the demo's first KVCompass run timed out in a clean-clone CI run. No state
@@ -72,10 +74,11 @@ def warm_up(edge: EdgeApp) -> float:
     t0 = time.perf_counter()
     tokens = (np.arange(WARM_UP_TOKENS, dtype=np.int32) * 7919) % 32_000
     svc = edge.service
-    decision, lookup = svc.discovery.decide(tokens, svc.clock_ms())
-    if svc.policies is not None:
-        for name in POLICIES:
-            svc.policies.order(name, tokens, lookup, decision)
+    lookup = svc.decider.lookup(tokens)
+    plan = svc.decider.decide(0, lookup, len(tokens), svc.clock_ms())  # never dispatched
+    if svc.schemes is not None:
+        for name in EDGE_SCHEMES:
+            svc.schemes.order(name, tokens, lookup, plan.decision)
     return time.perf_counter() - t0
 
 
@@ -92,18 +95,20 @@ async def run_edge(
     if config.pipeline is not None:
         # A broker that does not auto-create topics would hold this edge's records until they
         # time out, and leave its followers waiting: create what is missing (idempotent).
-        admin = AdminClient({"bootstrap.servers": config.pipeline.bootstrap_servers})
+        admin = AdminClient(librdkafka_conf(config.pipeline))
         await asyncio.to_thread(ensure_topics, admin, config.pipeline)
-        sink = KafkaProducer(config.pipeline.bootstrap_servers, linger_ms=5)
+        sink = KafkaProducer(config.pipeline, linger_ms=5)
     edge = assemble(config, deployment, sink=sink)
     followers = open_followers(edge, sink) if config.pipeline is not None else None
+    if followers is not None:
+        edge.vector_follower = followers[1]
     reader = ViewFileFollower(edge) if config.view_mode == "reader" else None
     if reader is not None:
         log.info("reader mode: %d views from %s", reader.refresh(), config.view_dir)
     elif followers is not None:
         edge.patch_follower = followers[0]
         resumed = followers[0].resumed
-        ok = await followers[0].catch_up(BOOTSTRAP_TIMEOUT_S)
+        ok = await followers[0].acatch_up(BOOTSTRAP_TIMEOUT_S)
         log.info("views %s (resumed %s): caught up=%s", "resumed" if resumed else "bootstrapped",
                  resumed, ok)  # fmt: skip
     log.info("kernels warmed up in %.1f s", await asyncio.to_thread(warm_up, edge))
@@ -124,9 +129,16 @@ async def run_edge(
     )
     await site.start()
     loop = asyncio.get_running_loop()
+    # the drain, then 30 s for the followers and the flush: past that, exit whatever hangs
+    deadline = StopDeadline(f"edge {config.region}", drain_s + 30.0)
+
+    def on_signal() -> None:
+        deadline.arm()
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
     edge.bound_port = int(runner.addresses[0][1]) if runner.addresses else config.port
     log.info("edge %s serving on %s:%s", config.region, config.host, edge.bound_port)
     if started is not None:
@@ -137,9 +149,16 @@ async def run_edge(
             if reader is not None:
                 tg.create_task(reader.run(stop))
             elif followers is not None:
-                tg.create_task(followers[0].run(stop))
+                tg.create_task(
+                    followers[0].run(
+                        stop,
+                        config.offsets_flush_period_ms / 1000.0,
+                        config.patch_stall_check_ms / 1000.0,
+                    )
+                )
             if followers is not None:
                 tg.create_task(followers[1].run(stop))
+                tg.create_task(broadcast(edge, stop))
             await stop.wait()
             await runner.cleanup()  # stop accepting, drain in-flight (shutdown_timeout)
     finally:
@@ -151,5 +170,9 @@ async def run_edge(
             followers[1].close()
         elif edge.store is not None:
             edge.store.flush()
-        sink.flush(10.0)
+        left = sink.flush(10.0)
+        if left:
+            msg = "edge %s stopping: %d records not delivered within 10 s (broker unreachable?)"
+            log.error(msg, config.region, left)
+        deadline.disarm()
     return edge

@@ -50,6 +50,8 @@ HELP: dict[str, str] = {
     "patch_stalls_total": "checks that found the index-patches follower not reading records the "
     "broker has (each one logged and the partitions assigned again)",
     "queue_vectors_total": "queue-vector records applied",
+    "queue_vector_stalls_total": "checks that found the queue-vectors consumer not reading records "
+    "the broker has (logged; the partitions assigned again: wire/consumer_watch.py)",
     "view_files_installed_total": "view files installed from the shared directory",
     "belief": "cache belief b_r per worker",
     "queue_estimate_ms": "queueing estimate Tq per worker, ms",
@@ -57,10 +59,18 @@ HELP: dict[str, str] = {
     "view_staleness_ms": "ms since a patch was last applied to the view",
     "view_last_seq": "last applied patch sequence per shard",
     "views_present": "view files present",
-    "in_flight": "requests being served",
+    "open_requests": "requests this edge is serving (received, not yet answered)",
     "client_disconnect_total": "clients that went away before their response was complete",
     "connections_refused_total": "connections refused at the concurrent-connection cap",
     "cache_unknown_total": "times a worker's cache became unknown (sidecar degraded), by worker",
+    "reuse_tokens_total": "prompt tokens by where their reusable prefix went (kind: reusable, "
+    "captured, forgone_wan, delivered, lost_stale; kvcompass.reuse_split), by serving region and "
+    "prefix-family bucket",
+    "relays_total": "relayed requests this edge owned, by result (accepted, refused)",
+    "refusals_total": "this edge's relays refused by the owning region (re-decided once)",
+    "vectors_sent_total": "queue-vector records this edge produced, by kind (vector, announce)",
+    "vector_bytes_total": "bytes of the queue-vector records this edge produced",
+    "decider_open_forwards": "forwards the decider holds open (dispatched, no answer yet)",
     "cache_unknown": "1 while a worker's cache is unknown (degraded sidecar), by worker",
 }
 """Help text per metric name (without prefix); a name missing here gets a generic one."""

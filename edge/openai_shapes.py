@@ -7,9 +7,11 @@ completion. Must not do I/O or routing.
 
 What is forwarded (the worker never re-tokenizes):
 - ``/generate`` → worker ``/generate``, the client's body with ``input_ids`` (``text`` dropped).
-- ``/v1/completions`` → worker ``/v1/completions``, the client's body with ``prompt`` = ids.
+- ``/v1/completions`` → worker ``/v1/completions``, the client's body with ``prompt`` = ids (a
+  list holding one prompt is that prompt; a list of several is a 400: one request, one route).
 - ``/v1/chat/completions`` → worker ``/v1/completions`` with ``prompt`` = the chat-templated ids
-  and the sampling fields; the edge reshapes the answer (``chat_body``/``chat_chunk``) into
+  (text content parts flattened first, ``kvcompass.chat_content``) and the sampling fields;
+  the edge reshapes the answer (``chat_body``/``chat_chunk``) into
   ``chat.completion`` / ``chat.completion.chunk`` objects.
 
 Error body: ``{"error": {"message", "type", "param", "code", "request_id"}}``; the request id is
@@ -27,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edge.tokenizer import Tokenizer
+from kvcompass.chat_content import ContentError, text_messages
 
 MAX_TOKEN_ID = 2**31 - 1
 _CHAT_ONLY_KEYS = ("messages", "tools", "tool_choice", "response_format", "parallel_tool_calls")
@@ -76,6 +79,10 @@ class Parsed:
     strip_usage: bool = False
     """The edge asked the worker for a usage chunk (to learn the reuse) that the client did not:
     drop it from the stream (OpenAI sends usage only with ``stream_options.include_usage``)."""
+    forward_suffix: bytes = b""
+    """With ``forward_body`` None: JSON members (``,"key":value``) the edge adds to the client's
+    object as it came (``edge.isolation``: the tenant's ``cache_salt``), spliced in before its
+    closing brace instead of re-encoding a body of token ids."""
 
 
 def _usage_upstream(body: Mapping[str, Any], fwd: dict[str, Any], stream: bool) -> bool:
@@ -191,6 +198,7 @@ def parse_generate(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     if "input_ids" in body:
         tokens = _ids(body["input_ids"], "input_ids")
     elif isinstance(body.get("text"), str):
+        _at_least(len(body["text"]), tok, lim, "input_ids")
         ids = _encode(tok.encode, body["text"], "text")
         tokens = np.asarray(ids, dtype=np.int32)
     else:
@@ -209,18 +217,44 @@ def parse_generate(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     return Parsed("generate", tokens, _stream(body), "/generate", fwd)
 
 
+def _one_prompt(prompt: Any) -> Any:
+    """The one prompt of ``prompt``: a string, a list of ids, or a list holding one of those.
+
+    OpenAI and SGLang both take a list of prompts (SGLang serves it as a batch,
+    ``serving_completions.py``: ``{"text": [...]}`` or ``{"input_ids": [[...], ...]}``). The edge
+    does not: each prompt has its own prefix, so its own best worker, and one request is one
+    routing decision. A list of one is that prompt; a list of several is a 400 that says so."""
+    if not isinstance(prompt, list) or not prompt or type(prompt[0]) is int:
+        return prompt
+    if all(isinstance(p, str) for p in prompt) or all(isinstance(p, list) for p in prompt):
+        if len(prompt) == 1:
+            return prompt[0]
+        raise ApiError(
+            400,
+            f"prompt: the edge routes one prompt per request, got a list of {len(prompt)}: "
+            "send each prompt as its own request (each may go to a different worker)",
+            param="prompt",
+        )
+    return prompt
+
+
 def parse_completions(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
-    """OpenAI ``/v1/completions``: ``prompt`` is a string or a list of token ids."""
+    """OpenAI ``/v1/completions``: ``prompt`` is a string or a list of token ids, or a list
+    holding one of those (``_one_prompt``)."""
     _check_model(body, lim.model, required=True)
-    prompt = body.get("prompt")
+    raw = body.get("prompt")
+    prompt = _one_prompt(raw)
     ids: list[int] | None = None
     if isinstance(prompt, str):
+        _at_least(len(prompt), tok, lim, "prompt")
         ids = _encode(tok.encode, prompt, "prompt")
         tokens = np.asarray(ids, dtype=np.int32)
     elif isinstance(prompt, list) and (not prompt or type(prompt[0]) is int):
         tokens = _ids(prompt, "prompt")
+        if prompt is not raw:
+            ids = prompt
     else:
-        raise ApiError(400, "prompt: expected a string or a list of token ids (one prompt)",
+        raise ApiError(400, "prompt: expected a string or a list of token ids",
                        param="prompt")  # fmt: skip
     _check_max_tokens(body, ("max_tokens",), lim.max_new_tokens)
     _check_length(tokens, lim.max_context_tokens, "prompt")
@@ -234,16 +268,15 @@ def parse_completions(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Pars
 
 
 def parse_chat(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
-    """OpenAI ``/v1/chat/completions``: string-content messages, templated at the edge."""
+    """OpenAI ``/v1/chat/completions``: messages whose content is a string or a list of text
+    parts (``kvcompass.chat_content``: flattened as SGLang does, other part types a 400 naming
+    the type), templated at the edge."""
     _check_model(body, lim.model, required=True)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "messages: expected a non-empty list", param="messages")
-    for m in messages:
-        ok = isinstance(m, dict) and isinstance(m.get("content"), str)
-        if not ok or not isinstance(m.get("role", "user"), str):
-            raise ApiError(400, "messages: expected objects with string 'role' and 'content'",
-                           param="messages")  # fmt: skip
+    try:
+        messages = text_messages(body.get("messages"))
+    except ContentError as exc:
+        raise ApiError(400, str(exc), param="messages") from None
+    _at_least(sum(len(m["content"]) for m in messages), tok, lim, "messages")
     ids = _encode(tok.chat, messages, "messages")
     tokens = np.asarray(ids, dtype=np.int32)
     _check_max_tokens(body, ("max_tokens", "max_completion_tokens"), lim.max_new_tokens)
@@ -255,6 +288,20 @@ def parse_chat(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
     stream = _stream(body)
     strip = _usage_upstream(body, fwd, stream)
     return Parsed("chat", tokens, stream, "/v1/completions", fwd, strip)
+
+
+def _at_least(chars: int, tok: Tokenizer, lim: Limits, param: str) -> None:
+    """Refuse a text that cannot fit the context whatever it tokenizes to (its length alone:
+    an oversized prompt costs no tokenization, issue 26 item 6)."""
+    fewest = -(-chars // max(1, tok.max_chars_per_token))
+    if fewest > lim.max_context_tokens:
+        raise ApiError(
+            400,
+            f"{param}: expected at most {lim.max_context_tokens} tokens, got at least {fewest} "
+            f"({chars} characters)",
+            code="context_length_exceeded",
+            param=param,
+        )
 
 
 def _encode(fn: Callable[[Any], list[int]], value: Any, param: str) -> list[int]:

@@ -1,16 +1,24 @@
-"""The edge's routing state between HTTP and the core: decide, feed back, explain, publish.
+"""The edge's routing state between HTTP and the core: one decider, fed; explain; publish.
 
-Owns one ``EdgeDiscovery`` (view + router of this region), the clock it passes as ``now_ms``
-(monotonic ms), the recent decisions kept for ``/debug/explain``, false-hit counting, and turning
-the core's decisions into Avro records: sampled ``RoutingDecision``s to ``routing-decisions`` and
-``MigrationRequest``s to ``migrations``. Must not know HTTP (``edge.handlers``) nor open network
-connections: records go to a ``pipeline.producer.ProducerPort`` (Kafka, memory or null).
+Owns this edge's ``kvcompass.decider.Decider`` (the object the simulator drives too: lookup,
+pending-holder overlay, joint score, booking of this region's workers, forward ledger, feedback,
+vectors) and turns HTTP and Kafka events into its calls (architecture §6): a request in
+(``decide``), its send (``dispatch`` / ``undispatch``), a relay at the owning region
+(``on_relay``), a refusal back at the origin (``on_refused``), the worker's first byte
+(``on_first_token``), the usage at the end (``on_usage``), local load polls, peers' vectors and
+announcements, and the Δ broadcast. It also owns the clock it passes as ``now_ms`` (the wall
+clock in ms: vectors carry it across processes, so it must be one domain everywhere), the recent
+decisions kept for ``/debug/explain``, false-hit counting, and turning the core's outputs into
+Avro records (sampled ``RoutingDecision``s, ``MigrationRequest``s, ``QueueVector`` v3 through
+``edge.vectors``). Must not know HTTP (``edge.handlers``) nor open network connections: records
+go to a ``wire.producer.ProducerPort`` (Kafka, memory or null); nor reach into the decider's
+parts (a test walks this module with ``ast``).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,46 +28,73 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edge.metrics import Metrics
-from edge.policies import POLICIES, Policies
+from edge.records import EdgeRecords
+from edge.schemes import EDGE_SCHEMES, Schemes
 from edge.tenants import Scope
+from edge.visibility import ReuseCounter
+from kvcompass.decider import Decider, Plan, QueueVector, Shortlist
 from kvcompass.deployment import Deployment
 from kvcompass.discovery import EdgeDiscovery, Lookup
 from kvcompass.errors import ConfigError
-from kvcompass.keys import KeyNamespace, PrefixHasher
-from kvcompass.router import Decision, MigrationRequest, QueueVector
+from kvcompass.keys import KeyNamespace
+from kvcompass.router import Decision
 from kvcompass.router import score as sc
 from kvcompass.types import Tier
-from pipeline.codec import AvroCodec, int64_key
-from pipeline.config import TopicNames
-from pipeline.producer import NullProducer, ProducerPort
+from wire.codec import AvroCodec
+from wire.config import TopicNames
+from wire.producer import NullProducer, ProducerPort
 
 
 @dataclass(slots=True)
 class Explained:
     """One recent decision and what became of it."""
 
-    decision: Decision
-    lookup: Lookup
+    plan: Plan
+    winner: int = -1
+    """The decider's choice before any retry or refusal (``plan`` follows the sends)."""
     served_by: int = -1
     reused_tokens: int | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
-    policy: str = "kvcompass"
+    scheme: str = "kvcompass"
     order: list[int] = field(default_factory=list)
-    """The active policy's candidates, preferred first (``edge.policies``)."""
+    """The active scheme's candidates, preferred first (``edge.schemes``)."""
     claimed: int = 0
-    """Tokens the policy counts on at ``order[0]``."""
+    """Tokens the scheme counts on at ``order[0]``."""
     discovery: EdgeDiscovery | None = None
     """The request's namespace (``edge.tenants.Scope``); None: the service's default."""
     model: str | None = None
     allowed: frozenset[int] | None = None
     """Workers the request's scope allows (None: all); migrations elsewhere are dropped."""
+    relayed_for: int = -1
+    """At the owning region: the origin region of an accepted relay (else -1)."""
+    refused_by: int = -1
+    """At the origin: the region whose owner refused the first plan (else -1)."""
+    answered: bool = False
+    """The worker's first byte came back (the decider heard ``on_first_token``)."""
+    open: bool = False
+    """Dispatched and not yet ended in the decider (first token, usage or ``forget``)."""
+    reuse: dict[str, int] = field(default_factory=dict)
+    """Where its reusable prefix went (``kvcompass.reuse_split``), for /debug/explain."""
+
+    @property
+    def decision(self) -> Decision:
+        return self.plan.decision
+
+    @property
+    def lookup(self) -> Lookup:
+        return self.plan.lookup
+
+    @property
+    def fid(self) -> int:
+        return self.plan.fid
 
 
 _TIER_NAMES = tuple(t.name for t in sorted(Tier))
 
 
-def _monotonic_ms() -> float:
-    return time.monotonic() * 1000.0
+def wall_ms() -> float:
+    """The edge's clock: UTC epoch ms (vectors and announcements carry it to other edges)."""
+    return time.time() * 1000.0
 
 
 class EdgeService:
@@ -68,7 +103,7 @@ class EdgeService:
     def __init__(
         self,
         deployment: Deployment,
-        discovery: EdgeDiscovery,
+        decider: Decider,
         *,
         model: str,
         codec: AvroCodec,
@@ -77,14 +112,14 @@ class EdgeService:
         decision_sample_rate: float = 1.0,
         explain_capacity: int = 4096,
         seed: int = 0,
-        clock_ms: Callable[[], float] = _monotonic_ms,
-        policies: Policies | None = None,
-        policy: str = "kvcompass",
+        clock_ms: Callable[[], float] = wall_ms,
+        schemes: Schemes | None = None,
+        scheme: str = "kvcompass",
     ) -> None:
         self.deployment = deployment
-        self.discovery = discovery
-        self.router = discovery.router
-        self.origin = discovery.origin
+        self.decider = decider
+        self.discovery = decider.discovery
+        self.origin = decider.origin
         self.worker_region = np.asarray(deployment.worker_region, dtype=np.int64)
         self.model = model
         self.codec = codec
@@ -98,36 +133,43 @@ class EdgeService:
         self.recent: OrderedDict[str, Explained] = OrderedDict()
         self._rng = np.random.default_rng(seed)
         self.view_applied_ms = -float("inf")
-        """Monotonic ms of the last patch applied to the view (set by ``edge.sync``)."""
-        self.policies = policies
-        self.policy = "kvcompass"
-        self.set_policy(policy)
-        self._scoped: dict[KeyNamespace, EdgeDiscovery] = {discovery.hasher.namespace: discovery}
+        """Clock ms of the last patch applied to the view (set by ``edge.sync``)."""
+        self.schemes = schemes
+        self.scheme = "kvcompass"
+        self.set_scheme(scheme)
+        self.records = EdgeRecords(self.origin, self.worker_region, model, codec, sink, topics,
+                                   self.metrics)  # fmt: skip
+        self._scoped: dict[KeyNamespace, EdgeDiscovery] = {
+            self.discovery.hasher.namespace: self.discovery
+        }
+        self.reuse = ReuseCounter(deployment, self.metrics)
+        self._fids = itertools.count(1)
         self._unroutable: frozenset[int] = frozenset()
         """Workers without a route (``restrict_to``)."""
         self._masked: frozenset[int] = frozenset()
-        """What the router was last told is unroutable (routes plus a scope's worker set)."""
+        """What the decider was last told is unroutable (routes plus a scope's worker set)."""
 
-    def set_policy(self, policy: str) -> None:
-        """Switch the routing policy (``edge.policies.POLICIES``); baselines need ``policies``."""
-        if policy not in POLICIES:
-            raise ConfigError(f"edge.policy: expected one of {list(POLICIES)}, got {policy!r}")
-        if policy != "kvcompass" and self.policies is None:
-            raise ConfigError(f"edge.policy {policy!r} needs the baselines' state (Policies)")
-        self.policy = policy
+    def set_scheme(self, scheme: str) -> None:
+        """Switch the routing scheme (``edge.schemes.EDGE_SCHEMES``); baselines need ``schemes``."""
+        if scheme not in EDGE_SCHEMES:
+            raise ConfigError(f"edge.scheme: expected one of {list(EDGE_SCHEMES)}, got {scheme!r}")
+        if scheme != "kvcompass" and self.schemes is None:
+            raise ConfigError(f"edge.scheme {scheme!r} needs the baselines' state (Schemes)")
+        self.scheme = scheme
 
     # -- per request ------------------------------------------------------------------------
     def scoped(self, scope: Scope) -> EdgeDiscovery:
-        """The discovery of ``scope``'s namespace (same view and router, its own hasher)."""
+        """The discovery of ``scope``'s namespace (same view and decider, its own hasher)."""
         d = self._scoped.get(scope.namespace)
         if d is None:
-            d = EdgeDiscovery(self.origin, PrefixHasher(scope.namespace), self.discovery.view,
-                              self.router)  # fmt: skip
+            from kvcompass.keys import PrefixHasher
+
+            d = self.discovery.with_hasher(PrefixHasher(scope.namespace))
             self._scoped[scope.namespace] = d
         return d
 
     def _mask(self, scope: Scope | None) -> None:
-        """Tell the router which workers may win this request: those with a route, and of
+        """Tell the decider which workers may win this request: those with a route, and of
         those only ``scope``'s (a model's or tenant's pool). Synchronous with the score that
         follows, so concurrent requests of other scopes never see it."""
         masked = self._unroutable
@@ -136,50 +178,107 @@ class EdgeService:
                 w for w in range(self.deployment.n_workers) if w not in scope.workers
             )
         if masked != self._masked:
-            self.router.set_unroutable(masked)
+            self.decider.set_unroutable(masked)
             self._masked = masked
 
-    def decide(
-        self, request_id: str, tokens: NDArray[np.int32], scope: Scope | None = None
-    ) -> Explained:
-        """Look up (in ``scope``'s namespace) and score (over ``scope``'s workers); remember
-        the decision for /debug/explain."""
-        arr = np.asarray(tokens, dtype=np.int32)
-        discovery = self.discovery if scope is None else self.scoped(scope)
-        self._mask(scope)
-        decision, lookup = discovery.decide(arr, self.clock_ms())
-        if self.policy == "kvcompass" or self.policies is None:
-            order = [decision.worker, *decision.top_workers.tolist()]
-            claimed = decision.claimed_tokens
-        else:
-            # baselines hash too (consistent_hash's rings): in this request's namespace
-            default, self.policies.discovery = self.policies.discovery, discovery
-            try:
-                order, claimed = self.policies.order(self.policy, arr, lookup, decision)
-            finally:
-                self.policies.discovery = default
-        model = scope.namespace.model_id if scope is not None else None
-        ex = Explained(decision, lookup, policy=self.policy, order=order, claimed=claimed,
-                       discovery=discovery, model=model,
-                       allowed=scope.workers if scope is not None else None)  # fmt: skip
+    def _remember(self, request_id: str, ex: Explained) -> None:
         self.recent[request_id] = ex
         if len(self.recent) > self.explain_capacity:
             self.recent.popitem(last=False)
+
+    def decide(
+        self,
+        request_id: str,
+        tokens: NDArray[np.int32],
+        scope: Scope | None = None,
+        lookup: Lookup | None = None,
+    ) -> Explained:
+        """Look up (in ``scope``'s namespace; ``lookup``: already done) and score (over
+        ``scope``'s workers); remember the decision for /debug/explain. Nothing is committed
+        until ``dispatch``."""
+        arr = np.asarray(tokens, dtype=np.int32)
+        discovery = self.discovery if scope is None else self.scoped(scope)
+        self._mask(scope)
+        if lookup is None:
+            lookup = self.decider.lookup(arr, discovery.hasher)
+        plan = self.decider.decide(next(self._fids), lookup, len(arr), self.clock_ms())
+        decision = plan.decision
+        if self.scheme == "kvcompass" or self.schemes is None:
+            order = [plan.worker, *decision.top_workers.tolist()]
+            claimed = decision.claimed_tokens
+        else:
+            # baselines hash too (consistent_hash's rings): in this request's namespace
+            default, self.schemes.discovery = self.schemes.discovery, discovery
+            try:
+                order, claimed = self.schemes.order(self.scheme, arr, lookup, decision)
+            finally:
+                self.schemes.discovery = default
+        model = scope.namespace.model_id if scope is not None else None
+        ex = Explained(plan, plan.worker, scheme=self.scheme, order=order, claimed=claimed,
+                       discovery=discovery, model=model,
+                       allowed=scope.workers if scope is not None else None)  # fmt: skip
+        self._remember(request_id, ex)
         m = self.metrics
         m.inc("decisions_total")
         m.inc("matched_tokens_total", decision.claimed_tokens)
         return ex
+
+    def on_relay(
+        self, request_id: str, tokens: NDArray[np.int32], shortlist: Shortlist,
+        scope: Scope | None = None, lookup: Lookup | None = None,
+    ) -> tuple[Explained | None, QueueVector | None]:  # fmt: skip
+        """A peer edge relayed a request with its shortlist for this region's workers: pick
+        one with this edge's booking (an ``Explained`` to dispatch), or refuse (the vector to
+        answer with)."""
+        arr = np.asarray(tokens, dtype=np.int32)
+        discovery = self.discovery if scope is None else self.scoped(scope)
+        self._mask(scope)
+        if lookup is None:
+            lookup = self.decider.lookup(arr, discovery.hasher)
+        verdict = self.decider.on_relay(next(self._fids), shortlist, lookup, self.clock_ms())
+        if verdict.plan is None:
+            self.metrics.inc("relays_total", result="refused")
+            return None, verdict.vector
+        self.metrics.inc("relays_total", result="accepted")
+        plan = verdict.plan
+        ex = Explained(plan, plan.worker, order=[plan.worker], claimed=plan.decision.claimed_tokens,
+                       discovery=discovery, relayed_for=shortlist.origin,
+                       model=scope.namespace.model_id if scope is not None else None,
+                       allowed=scope.workers if scope is not None else None)  # fmt: skip
+        self._remember(request_id, ex)
+        return ex, None
+
+    def on_refused(self, ex: Explained, vector: QueueVector | None) -> list[int]:
+        """The owner of the plan's region refused it with ``vector``: decide once more,
+        finally; the new candidates (best first)."""
+        empty = QueueVector(self.worker_region_of(ex.plan.worker), 0.0,
+                            np.zeros(0, np.int64), np.zeros(0, np.float64))  # fmt: skip
+        ex.refused_by = int(self.worker_region[ex.plan.worker])
+        ex.open = False
+        if self.schemes is not None:
+            self.schemes.end(ex.plan.worker)  # the refused send is over
+        plan = self.decider.on_refused(ex.fid, vector or empty, ex.decision.prompt_tokens,
+                                       self.clock_ms())  # fmt: skip
+        ex.plan = plan
+        ex.winner = plan.worker
+        ex.order = [plan.worker, *plan.decision.top_workers.tolist()]
+        ex.claimed = plan.decision.claimed_tokens
+        self.metrics.inc("refusals_total")
+        return ex.order
+
+    def worker_region_of(self, worker: int) -> int:
+        return int(self.worker_region[worker])
 
     def restrict_to(self, routable: Iterable[int]) -> None:
         """Score only the workers this edge has a route to (a partial ``[workers]`` map): the
         others never win, so a 503 means that no worker can be reached at all."""
         keep = set(routable)
         self._unroutable = frozenset(w for w in range(self.deployment.n_workers) if w not in keep)
-        self.router.set_unroutable(self._unroutable)
+        self.decider.set_unroutable(self._unroutable)
         self._masked = self._unroutable
 
     def candidates(self, ex: Explained, reachable: Callable[[int], bool]) -> list[int]:
-        """The policy's choice, then its next candidates, that can be reached; then KVCompass's
+        """The scheme's choice, then its next candidates, that can be reached; then KVCompass's
         own ranking (routable first, ``restrict_to``) when a baseline named none reachable."""
         d = ex.decision
         for order in (ex.order, [d.worker, *d.top_workers.tolist()]):
@@ -189,7 +288,7 @@ class EdgeService:
         return []
 
     def claimed_at(self, ex: Explained, worker: int) -> int:
-        """The match the edge counts on at ``worker`` (the policy's own for its choice)."""
+        """The match the edge counts on at ``worker`` (the scheme's own for its choice)."""
         d = ex.decision
         if ex.order and worker == ex.order[0]:
             return ex.claimed
@@ -199,80 +298,132 @@ class EdgeService:
         hit = np.flatnonzero(rows == worker)
         return int(d.top_terms[hit[0], sc.TERM_MATCHED]) if hit.size else 0
 
-    def _as_sent(self, ex: Explained, worker: int) -> Decision:
-        """``ex``'s decision as if ``worker`` had won (the policy's claim and predicted work)."""
-        d = ex.decision
-        claimed = self.claimed_at(ex, worker)
-        if ex.policy != "kvcompass" and self.policies is not None:
-            service = self.policies.predicted_ms(worker, d.prompt_tokens, claimed)
-            return d._replace(worker=worker, claimed_tokens=claimed, predicted_service_ms=service)
-        if worker != d.worker:
-            return d._replace(worker=worker, claimed_tokens=claimed)
-        return d
+    def shortlist_for(self, ex: Explained, worker: int) -> Shortlist | None:
+        """The shortlist to relay with a send to ``worker`` (None: a plain relay or direct)."""
+        p = ex.plan
+        if ex.scheme != "kvcompass" or p.shortlist is None or ex.relayed_for >= 0:
+            return None
+        return p.shortlist if self.worker_region_of(worker) == p.relay_region else None
 
-    def dispatch(self, ex: Explained, worker: int) -> None:
-        """About to send to ``worker``: count its work *now* (herding guard, in-flight), so the
-        requests decided while this one waits for its first byte — a whole prefill — see it."""
-        self.router.on_forward(self._as_sent(ex, worker), self.clock_ms())
-        if self.policies is not None:
-            self.policies.begin(worker)
-
-    def undispatch(self, worker: int) -> None:
-        """The send to ``worker`` failed (its predicted work ages out at the next refresh)."""
-        if self.policies is not None:
-            self.policies.end(worker)
-
-    def on_forward(
-        self, request_id: str, ex: Explained, worker: int, tokens: NDArray[np.int32]
+    def dispatch(
+        self, ex: Explained, worker: int, tokens: NDArray[np.int32], relayed: bool = False
     ) -> None:
-        """``worker`` accepted the request (after ``dispatch``): hot prefixes, records."""
-        now = self.clock_ms()
+        """About to send to ``worker`` (``relayed``: through its region's edge): the decider
+        books it / counts its work *now*, so the requests decided while this one waits for its
+        first byte — a whole prefill — see it; announce it; ask for replicas it triggers."""
+        plan = ex.plan
+        if worker != plan.worker or ex.scheme != "kvcompass":
+            plan = self.decider.retarget(plan, worker)
+            if ex.scheme != "kvcompass" and self.schemes is not None:
+                claimed = self.claimed_at(ex, worker)  # the scheme's own claim at its choice
+                service = self.schemes.predicted_ms(worker, plan.decision.prompt_tokens, claimed)
+                d = plan.decision._replace(claimed_tokens=claimed, predicted_service_ms=service)
+                plan = plan._replace(decision=d)
+        if ex.relayed_for < 0 and (not relayed or self.shortlist_for(ex, worker) is None):
+            plan = plan._replace(relay_region=-1, shortlist=None)  # sent straight to the worker
+        ex.plan = plan
+        sent = self.decider.dispatch(plan, self.clock_ms())
+        ex.open = True
+        if sent.announce is not None:
+            self.records.announce(*sent.announce, self.clock_ms())
+        for mig in sent.migrations if ex.scheme == "kvcompass" else ():
+            if ex.allowed is not None and mig.target_worker not in ex.allowed:
+                # another model's or tenant's pool: it would cache this prompt for them
+                self.metrics.inc("migrations_out_of_scope_total")
+                continue
+            self.records.migration(mig, tokens, ex, (ex.discovery or self.discovery).hasher)
+        if self.schemes is not None:
+            self.schemes.begin(worker)
+
+    def undispatch(self, ex: Explained, worker: int) -> None:
+        """The send to ``worker`` failed: release what the decider booked or held for it."""
+        self.decider.undispatch(ex.fid, self.clock_ms())
+        ex.open = False
+        if self.schemes is not None:
+            self.schemes.end(worker)
+
+    def on_accepted(self, request_id: str, ex: Explained, worker: int) -> None:
+        """``worker`` accepted the request (after ``dispatch``): count it, sample a record."""
         ex.served_by = worker
+        split = self.reuse.decided(ex, worker, self.claimed_at(ex, worker))
+        ex.reuse = {"reusable": split.reusable, "captured": split.captured,
+                    "forgone_wan": split.forgone_wan}  # fmt: skip
         self.metrics.inc(
             "chosen_total", region=self.deployment.regions[self.worker_region[worker]].name,
             worker=worker,
         )  # fmt: skip
-        if ex.policy == "kvcompass":  # baselines never ask for replicas
-            d = self._as_sent(ex, worker)
-            for mig in self.router.observe(
-                ex.lookup.family_key, ex.lookup.match.matched_tokens, d, now
-            ):
-                if ex.allowed is not None and mig.target_worker not in ex.allowed:
-                    # another model's or tenant's pool: it would cache this prompt for them
-                    self.metrics.inc("migrations_out_of_scope_total")
-                    continue
-                self._publish_migration(mig, tokens, ex)
         rate = self.sample_rate
         if rate >= 1.0 or (rate > 0.0 and self._rng.random() < rate):
-            self._publish_decision(request_id, ex, worker)
+            self.records.decision(request_id, ex, worker)
+
+    def on_first_token(
+        self, ex: Explained, worker: int, reused: int | None, vector: QueueVector | None = None
+    ) -> None:
+        """The worker's first byte reached this edge (``worker``: who served, which a relaying
+        owner may have picked): retire the work, confirm the prefix as held, fold in the
+        piggybacked vector; ``reused`` if the first bytes carried it."""
+        if ex.answered:
+            return
+        ex.answered = True
+        ex.served_by = worker
+        self.decider.on_first_token(ex.fid, worker, self.clock_ms(), reused, vector)
+        if reused is not None:
+            ex.open = False
+            self._count_reuse(ex, worker, reused)
+
+    def on_usage(self, ex: Explained, reused: int | None) -> None:
+        """The end of the response: the reuse count if it came only now, and the forward ends
+        in the decider either way."""
+        if ex.open and reused is not None and ex.answered:
+            self.decider.on_usage(ex.fid, reused, self.clock_ms())
+            self._count_reuse(ex, ex.served_by, reused)
+        elif ex.open:
+            self.decider.forget(ex.fid, self.clock_ms())
+        ex.open = False
+
+    def _count_reuse(self, ex: Explained, worker: int, reused: int) -> None:
+        claimed = self.claimed_at(ex, worker)
+        ex.reused_tokens = reused
+        ex.reuse["delivered"] = reused
+        ex.reuse["lost_stale"] = self.reuse.answered(ex, worker, claimed, reused)
+        m = self.metrics
+        m.inc("claimed_tokens_total", claimed)
+        m.inc("reused_tokens_total", reused)
+        if claimed > reused:
+            m.inc("false_hits_total")
 
     def on_done(self, ex: Explained) -> None:
         """The forward to ``ex.served_by`` finished (answered, streamed or failed)."""
-        if self.policies is not None and ex.served_by >= 0:
-            self.policies.end(ex.served_by)
+        if ex.open:
+            self.on_usage(ex, None)
+        if self.schemes is not None and ex.served_by >= 0:
+            self.schemes.end(ex.served_by)
 
-    def on_response(
-        self,
-        ex: Explained,
-        worker: int,
-        reused: int | None,
-        queue_vector: QueueVector | None = None,
+    # -- queue state ------------------------------------------------------------------------
+    def piggyback(self, dest_region: int) -> QueueVector | None:
+        """The vector to attach to a response (or refusal) leaving for ``dest_region``."""
+        return self.decider.piggyback(dest_region, self.clock_ms())
+
+    def on_local_loads(
+        self, workers: NDArray[np.int64], queue_ms: NDArray[np.float64], taken_ms: float
     ) -> None:
-        """A response came back from ``worker``: belief, false hits, piggybacked queues."""
-        claimed = self.claimed_at(ex, worker)
-        ex.reused_tokens = reused
-        m = self.metrics
-        if reused is not None:
-            m.inc("claimed_tokens_total", claimed)
-            m.inc("reused_tokens_total", reused)
-            if claimed > reused:
-                m.inc("false_hits_total")
-        if reused is None and queue_vector is None:
-            return
-        self.router.on_response(
-            worker, claimed if reused is not None else 0, reused or 0, self.clock_ms(),
-            queue_vector=queue_vector,
-        )  # fmt: skip
+        """This edge's poll of its own workers answered (``load_report.worker_queue_ms``)."""
+        self.decider.on_local_loads(workers, queue_ms, taken_ms, self.clock_ms())
+
+    def on_vector(self, vector: QueueVector) -> None:
+        """A peer edge's vector (from ``queue-vectors``, a response or a refusal)."""
+        self.decider.on_vector(vector, self.clock_ms())
+
+    def on_peer_forward(self, region: int, worker: int, arrive_ms: float, work_ms: float) -> None:
+        """A peer edge announced one forward as it made it."""
+        self.decider.on_peer_forward(region, worker, arrive_ms, work_ms, self.clock_ms())
+
+    def broadcast(self) -> int:
+        """The Δ broadcast: this edge's vector to the regions due one; the number sent."""
+        sent = self.decider.broadcast(self.clock_ms())
+        for dest, vec in sent:
+            self.records.vector(dest, vec)
+        return len(sent)
 
     # -- explain ----------------------------------------------------------------------------
     def explain(self, request_id: str) -> dict[str, Any] | None:
@@ -289,10 +440,10 @@ class EdgeService:
             "request_id": request_id,
             "edge_region": self.deployment.regions[self.origin].name,
             "prompt_tokens": d.prompt_tokens,
-            "policy": ex.policy,
-            "winner": d.worker,
-            "policy_order": ex.order,
-            "policy_claimed_tokens": ex.claimed,
+            "scheme": ex.scheme,
+            "winner": ex.winner,
+            "scheme_order": ex.order,
+            "scheme_claimed_tokens": ex.claimed,
             "served_by": ex.served_by,
             "claimed_tokens": d.claimed_tokens,
             "reused_tokens": ex.reused_tokens,
@@ -305,6 +456,10 @@ class EdgeService:
             "remote_holder": d.remote_holder,
             "remote_holder_tokens": d.remote_holder_tokens,
             "family_key": ex.lookup.family_key,
+            "reuse_tokens": ex.reuse,
+            "relay_region": ex.plan.relay_region,
+            "relayed_for": ex.relayed_for,
+            "refused_by": ex.refused_by,
             "attempts": ex.attempts,
             "candidates": cands,
         }
@@ -313,7 +468,7 @@ class EdgeService:
         """/debug/lookup: every worker with a match for this prompt (in ``scope``'s namespace),
         longest first."""
         discovery = self.discovery if scope is None else self.scoped(scope)
-        lk = discovery.lookup(np.asarray(tokens, dtype=np.int32))
+        lk = self.decider.lookup(np.asarray(tokens, dtype=np.int32), discovery.hasher)
         m = lk.match
         rows = [
             {
@@ -331,72 +486,3 @@ class EdgeService:
             "family_key": lk.family_key,
             "holders": rows,
         }
-
-    # -- records ----------------------------------------------------------------------------
-    def _publish_decision(self, request_id: str, ex: Explained, worker: int) -> None:
-        d = ex.decision
-        wr = self.worker_region
-        m = ex.lookup.match
-        cands = [
-            {
-                "worker_id": int(row[sc.TERM_WORKER]),
-                "region_id": int(wr[int(row[sc.TERM_WORKER])]),
-                "matched_tokens": int(row[sc.TERM_MATCHED]),
-                "tier": _TIER_NAMES[int(row[sc.TERM_TIER])],
-                "belief": row[sc.TERM_BELIEF],
-                "wan_ms": row[sc.TERM_WAN],
-                "queue_ms": row[sc.TERM_QUEUE],
-                "prefill_ms": row[sc.TERM_PREFILL],
-                "reload_ms": row[sc.TERM_RELOAD],
-                "score_ms": row[sc.TERM_SCORE],
-            }
-            for row in d.top_terms.tolist()
-        ]
-        cands.sort(key=lambda c: c["worker_id"] != worker)  # stable: chosen first
-        matched = int(m.matched_tokens[worker])
-        rec = {
-            "request_id": request_id,
-            "edge_region_id": self.origin,
-            "model": ex.model or self.model,
-            "prompt_tokens": d.prompt_tokens,
-            "chosen_worker_id": worker,
-            "chosen_region_id": int(wr[worker]),
-            "matched_tokens": matched,
-            "tier": Tier(int(m.tiers[worker])).name if matched else "NONE",
-            "load_factor": d.lambda_price,
-            "candidates": cands,
-            "timestamp_ms": int(time.time() * 1000),
-        }
-        self._send(self.topics.routing_decisions, request_id.encode(), "RoutingDecision", rec)
-        self.metrics.inc("decisions_published_total")
-
-    def _publish_migration(
-        self, mig: MigrationRequest, tokens: NDArray[np.int32], ex: Explained
-    ) -> None:
-        n = min(mig.prefix_tokens, len(tokens))
-        prefix = np.asarray(tokens[:n], dtype="<i4")
-        hasher = (ex.discovery or self.discovery).hasher
-        rec = {
-            "request_id": uuid.uuid4().hex,
-            "model": ex.model or self.model,
-            "prefix_tokens": prefix.tobytes(),
-            "prefix_length_tokens": n,
-            "prefix_key": (
-                int(hasher.keys_at(prefix.astype(np.int32), np.array([n], np.int64))[0]) if n else 0
-            ),
-            "first_level_key": mig.family_key,
-            "source_worker_id": mig.source_worker if mig.source_worker >= 0 else None,
-            "target_worker_id": mig.target_worker,
-            "edge_region_id": self.origin,
-            "mode": mig.mode.name,
-            "tier": mig.tier.name,
-            "created_ms": int(time.time() * 1000),
-        }
-        self._send(self.topics.migrations, int64_key(mig.family_key), "MigrationRequest", rec)
-        self.metrics.inc("migrations_total")
-
-    def _send(self, topic: str, key: bytes, schema: str, rec: dict[str, Any]) -> None:
-        try:
-            self.sink.produce(topic, self.codec.encode(schema, rec), key)
-        except Exception as exc:  # a producer failure must not fail the user's request
-            self.metrics.inc("errors_total", type=f"publish-{schema}-{type(exc).__name__}")

@@ -24,7 +24,7 @@ from pathlib import Path
 from edge.app import EdgeApp
 from kvcompass.errors import ViewFileError
 from kvcompass.ludo import LudoView
-from kvcompass.view_file import FLAG_COMMITTED, HEADER_SIZE, open_view
+from wire.view_files import FLAG_COMMITTED, HEADER_SIZE, open_view
 
 _SIG = slice(16, 160)
 """Header bytes that change when a file must be re-mapped: table, shard, params, flags."""

@@ -4,7 +4,7 @@ Owns the edge's tenancy settings (``ModelSpec``, ``TenantSpec``, ``Tenancy``, re
 ``[models.*]``, ``[tenants.*]`` tables and ``edge.admin_token``), API-key and admin-token checks
 (``Authorization: Bearer <key>``, compared in constant time with ``hmac.compare_digest`` against
 every configured key, so the time taken says nothing about which key or how much of it matched),
-and ``Scope``: the key namespace (model id, model config, sharing-group salt; DESIGN §3,
+and ``Scope``: the key namespace (model id, model config, sharing-group salt; architecture §3,
 ``kvcompass.keys.KeyNamespace``) and the workers one request may be looked up in and sent to.
 Must not know HTTP (it raises ``ApiError``, the handlers answer) nor hold routing state: a scope
 is a hasher plus a worker set; the view and the router stay shared (``edge.service``).
@@ -16,6 +16,7 @@ without ``[models]`` the one model is ``edge.model`` served by every worker.
 from __future__ import annotations
 
 import hmac
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,9 @@ from kvcompass.errors import ConfigError
 from kvcompass.keys import KeyNamespace
 
 _BEARER = "bearer "
+_SALT = re.compile(r"[^@/\\\x00]{1,128}")
+"""A sharing group is sent to the engines as ``cache_salt`` (``edge.isolation``): vLLM 0.33's
+``validate_cache_salt`` refuses an empty one, one over 128 characters, and ``@ / \\`` or NUL."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +52,9 @@ class TenantSpec:
     name: str
     api_key: str
     sharing_group: str
-    """Tenants with the same group share prefix keys (and so cache hits); default: the name."""
+    """Tenants with the same group share prefix keys (and so cache hits); default: the name.
+    Also the engines' ``cache_salt`` of its requests (``edge.isolation``): two groups never share
+    a worker's cache pages, even on one worker."""
     workers: frozenset[int] | None = None
     """Workers its requests may go to (e.g. its group's pool); None: every worker of the model."""
 
@@ -56,8 +62,10 @@ class TenantSpec:
         if not isinstance(self.api_key, str) or len(self.api_key) < 8:
             raise ConfigError(f"tenants.{self.name}.api_key: expected a string of >= 8 "
                               "characters")  # fmt: skip
-        if not isinstance(self.sharing_group, str) or not self.sharing_group:
-            raise ConfigError(f"tenants.{self.name}.sharing_group: expected a non-empty string")
+        if not isinstance(self.sharing_group, str) or not _SALT.fullmatch(self.sharing_group):
+            raise ConfigError(f"tenants.{self.name}.sharing_group: expected 1-128 characters "
+                              "without '@', '/', '\\' or NUL (it is the engines' cache_salt), "
+                              f"got {self.sharing_group!r}"[:300])  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,11 @@ class Scope:
     namespace: KeyNamespace
     workers: frozenset[int] | None
     """None: every worker the edge can reach."""
+
+    @property
+    def cache_salt(self) -> str | None:
+        """The engine cache namespace of the request (its sharing group; None: no tenants)."""
+        return self.namespace.sharing_group
 
     def allows(self, worker: int) -> bool:
         return self.workers is None or worker in self.workers

@@ -23,6 +23,11 @@ from kvcompass.errors import ConfigError
 class Tokenizer(Protocol):
     """Text → ids, chat messages → ids (after the model's chat template)."""
 
+    max_chars_per_token: int
+    """No token stands for more characters than this, so a text of n characters has at least
+    n / max_chars_per_token tokens: a prompt far over the context is refused from its length
+    alone, before it is tokenized (``edge.openai_shapes``)."""
+
     def encode(self, text: str) -> list[int]: ...
 
     def chat(self, messages: Sequence[Mapping[str, Any]]) -> list[int]: ...
@@ -30,6 +35,8 @@ class Tokenizer(Protocol):
 
 class ByteTokenizer:
     """The project's byte tokenizer and chat template (``kvcompass.byte_tokenizer``)."""
+
+    max_chars_per_token = 1  # one token per UTF-8 byte, and a character is at least one byte
 
     def encode(self, text: str) -> list[int]:
         return tokenize(text)

@@ -15,9 +15,9 @@ from edge.cache_states import CacheStates
 from edge.config import EdgeConfig
 from edge.sync import QueueVectorFollower
 from kvcompass.errors import InvalidInputError
-from pipeline.dead_letter import DeadLetters
-from pipeline.producer import MemoryProducer
 from tests.unit.edge.test_handlers import DEP, MODEL
+from wire.dead_letter import DeadLetters
+from wire.producer import MemoryProducer
 
 
 def test_a_sidecar_speaks_only_for_the_workers_it_bridges__two_sidecars() -> None:

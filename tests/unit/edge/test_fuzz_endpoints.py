@@ -31,9 +31,9 @@ VALID = {
     "/v1/completions": {"model": MODEL, "prompt": "hello", "max_tokens": 4},
     "/v1/chat/completions": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
     "/debug/lookup": {"text": "hello there"},
-    "/admin/policy": {"policy": "kvcompass"},
+    "/admin/scheme": {"scheme": "kvcompass"},
 }
-GETS = ["/health", "/metrics", "/v1/models", "/debug/lookup", "/debug/explain/x", "/admin/policy"]
+GETS = ["/health", "/metrics", "/v1/models", "/debug/lookup", "/debug/explain/x", "/admin/scheme"]
 
 
 @st.composite
@@ -79,7 +79,7 @@ def test_mutated_and_random_bodies__never_5xx_on_any_post(
 
 @FUZZ
 @given(path=st.sampled_from(GETS), query=st.dictionaries(
-    st.sampled_from(["text", "input_ids", "x", "policy"]), st.text(max_size=30), max_size=3),
+    st.sampled_from(["text", "input_ids", "x", "scheme"]), st.text(max_size=30), max_size=3),
     method=st.sampled_from(["GET", "PUT", "DELETE", "PATCH"]))  # fmt: skip
 def test_random_queries_and_methods__never_5xx_on_any_route(
     rig: Rig, path: str, query: dict[str, str], method: str

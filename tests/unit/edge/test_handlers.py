@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -212,4 +214,15 @@ def test_metrics__prometheus_text_with_decisions_and_beliefs(rig: Rig) -> None:
            for s in f.samples}  # fmt: skip
     assert ("kvc_edge_decisions_total", ()) in got
     assert ("kvc_edge_belief", (("worker", "1"),)) in got
-    assert {n for n, _ in got} >= {"kvc_edge_queue_staleness_ms", "kvc_edge_view_staleness_ms"}
+    # no patch applied yet: unknown staleness is absent, never NaN or inf (scrapers drop those)
+    assert "kvc_edge_view_staleness_ms" not in {n for n, _ in got}
+    assert all(math.isfinite(s.value) for f in text_string_to_metric_families(text)
+               for s in f.samples)  # fmt: skip
+    svc = rig.edge.service
+    svc.on_local_loads(np.array([0], np.int64), np.array([3.0]), svc.clock_ms())
+    svc.view_applied_ms = svc.clock_ms()
+    text = rig.run(rig.run(rig.client.get("/metrics")).text())
+    got = {(s.name, tuple(s.labels.items())) for f in text_string_to_metric_families(text)
+           for s in f.samples}  # fmt: skip
+    assert ("kvc_edge_queue_staleness_ms", (("worker", "0"),)) in got
+    assert ("kvc_edge_view_staleness_ms", ()) in got

@@ -1,8 +1,8 @@
-"""``local_cache_aware``: SGLang gateway's ``cache_aware`` policy inside the region.
+"""``local_cache_aware``: SGLang gateway's ``cache_aware`` scheme inside the region.
 
-As sgl-router describes its default policy: if the region's load is imbalanced — max − min
-in-flight requests above ``balance_abs`` (64) *and* max above ``balance_rel`` (1.5) × min — go to
-the worker with the fewest in-flight requests; otherwise go to the worker with the longest prefix
+As sgl-router describes its default scheme: if the region's load is imbalanced — max − min
+open requests above ``balance_abs`` (64) *and* max above ``balance_rel`` (1.5) × min — go to
+the worker with the fewest open requests; otherwise go to the worker with the longest prefix
 match if the match covers more than ``cache_threshold`` (0.3) of the prompt, else to the least
 loaded one (the gateway picks the replica with the smallest radix-tree record there; with our
 exact index the least loaded worker is the closer analogue of "spread new prefixes"). Defaults
@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from edge.policies.base import EdgeState
+from edge.schemes.base import EdgeState
 from kvcompass.discovery import Lookup
 from kvcompass.router import Decision
 
@@ -48,9 +48,9 @@ class LocalCacheAware:
         st, p = self.state, self.params
         prompt = len(tokens)
         ids = st.local
-        load = st.in_flight[ids]
+        load = st.open_requests[ids]
         lo, hi = int(load.min()), int(load.max())
-        by_load = st.least_loaded()
+        by_load = st.local_least_loaded()
         if hi - lo > p.balance_abs and hi > p.balance_rel * lo:
             return by_load, 0
         matched = lookup.match.matched_tokens[ids]

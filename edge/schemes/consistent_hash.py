@@ -15,13 +15,13 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from edge.policies.base import EdgeState
+from edge.schemes.base import EdgeState
 from kvcompass.discovery import Lookup
 from kvcompass.ring import LevelRings, place
 from kvcompass.router import Decision
 
 
-class ConsistentHashPolicy:
+class ConsistentHashScheme:
     """Designated owners on the level rings; the deepest level an owner holds wins."""
 
     name: ClassVar[str] = "consistent_hash"
@@ -37,7 +37,7 @@ class ConsistentHashPolicy:
         st = self.state
         n = int(np.searchsorted(self.ladder, len(tokens), side="right"))
         if n == 0:
-            return st.least_loaded(), 0
+            return st.local_least_loaded(), 0
         lengths = self.ladder[:n]
         keys = st.discovery.hasher.keys_at(tokens, lengths)
         owners = np.asarray(self.rings.owners(keys), np.int64)

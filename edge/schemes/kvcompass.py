@@ -1,6 +1,6 @@
 """``kvcompass``: the joint score over every worker of every region (``kvcompass.router``).
 
-The decision is the one the edge computes for every request anyway; this policy only turns it
+The decision is the one the edge computes for every request anyway; this scheme only turns it
 into the candidate order (winner, then the router's runners-up).
 """
 
@@ -11,12 +11,12 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from edge.policies.base import EdgeState
+from edge.schemes.base import EdgeState
 from kvcompass.discovery import Lookup
 from kvcompass.router import Decision
 
 
-class KVCompassPolicy:
+class KVCompassScheme:
     """The router's winner first, then its top alternatives."""
 
     name: ClassVar[str] = "kvcompass"
