@@ -1,4 +1,4 @@
-"""The sidecar beside each SGLang (or vLLM) worker, and an emulated SGLang worker (DESIGN §8).
+"""The sidecar beside each SGLang (or vLLM) worker, and an emulated SGLang worker (architecture §8).
 
 Shell package: sockets, HTTP and Kafka live here. Modules: ``protocol`` (engine KV-event wire
 format), ``block_table`` (engine blocks -> our keys and tiers), ``bridge`` (ZMQ -> kv-events),

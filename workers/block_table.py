@@ -5,7 +5,7 @@ own tokens, prefix length), the registration keys the block completes, and the m
 it; and the diff of each batch into tier changes of whole blocks. Must not: do I/O, decode frames
 or build Avro records (``bridge`` does that), or guess a prefix it cannot rebuild.
 
-Rules (DESIGN §8):
+Rules (architecture §8):
 - A block completes the registration lengths L with ``parent_end < L <= end``; its keys are
   computed once, when it is first stored, from the prefix rebuilt through parent links.
 - A store whose parent is unknown is an *orphan*: counted, not stored (its tokens' position in the
@@ -17,12 +17,17 @@ Rules (DESIGN §8):
 - DISK and EXTERNAL media are not indexed (reloading from them is not what our tiers price).
 - A removed block leaves the table, but blocks stored below it keep a reference to it, so their
   descendants can still be rebuilt.
+- A block stored with a ``cache_salt`` (SGLang 0.5.23's per-request cache namespace; the edge
+  sends a tenant's sharing group as the salt, ``edge/isolation.py``) is keyed in the namespace of
+  that sharing group (the table's model and config, ``sharing_group`` = the salt), which is where
+  the group's requests are looked up; an unsalted block in the table's own namespace. SGLang
+  chains a salted path's hashes from a salt-derived root, so a chain never mixes salts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
@@ -55,6 +60,8 @@ class Block:
     lengths: tuple[int, ...]
     keys: tuple[int, ...]
     tiers: set[Tier] = field(default_factory=set)
+    salt: str | None = None
+    """The engine cache namespace it was stored in (``cache_salt``); None: unsalted."""
 
     @property
     def tier(self) -> Tier:
@@ -92,6 +99,11 @@ class Change:
     def keys(self) -> list[int]:
         return [k for b in self.blocks for k in b.keys]
 
+    @property
+    def salt(self) -> str | None:
+        """The ``cache_salt`` of the run (one chain, one salt)."""
+        return self.blocks[0].salt if self.blocks else None
+
 
 @dataclass(slots=True)
 class TableStats:
@@ -113,6 +125,7 @@ class BlockTable:
 
     def __init__(self, hasher: PrefixHasher, registration_lengths: Iterable[int]) -> None:
         self._hasher = hasher
+        self._salted: dict[str, PrefixHasher] = {}
         self._lengths = np.asarray(sorted(set(int(n) for n in registration_lengths)), np.int64)
         self._blocks: dict[int, Block] = {}
         self.stats = TableStats()
@@ -125,6 +138,16 @@ class BlockTable:
 
     def clear(self) -> None:
         self._blocks.clear()
+
+    def _hasher_for(self, salt: str | None) -> PrefixHasher:
+        if salt is None:
+            return self._hasher
+        h = self._salted.get(salt)
+        if h is None:
+            h = self._salted[salt] = PrefixHasher(
+                replace(self._hasher.namespace, sharing_group=salt)
+            )
+        return h
 
     def apply(self, events: Iterable[Event]) -> list[Change]:
         """Apply one batch; its net tier changes in event order (CLEARED splits the batch)."""
@@ -187,7 +210,8 @@ class BlockTable:
         keys: NDArray[np.uint64] = np.empty(0, np.uint64)
         if lens.size:
             head = parent.prefix() if parent is not None else np.empty(0, np.int32)
-            keys = self._hasher.keys_at(np.concatenate([head, new_tokens]), lens)
+            hasher = self._hasher_for(ev.cache_salt)
+            keys = hasher.keys_at(np.concatenate([head, new_tokens]), lens)
         # Per new block: the registration lengths it completes, lens[cuts[i - 1]:cuts[i]]; Python
         # lists, so slicing them per block costs no numpy call (this loop is the sidecar's hot
         # path: one iteration per stored page).
@@ -215,6 +239,7 @@ class BlockTable:
                 b_end,
                 tuple(lens_l[k0:j]),
                 tuple(keys_l[k0:j]),
+                salt=ev.cache_salt,
             )
             self._touch(b, before)
             b.tiers.add(tier)

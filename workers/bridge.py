@@ -1,4 +1,4 @@
-"""KV-event bridge: one engine DP rank's ZMQ stream -> ``kv-events`` records (DESIGN §8).
+"""KV-event bridge: one engine DP rank's ZMQ stream -> ``kv-events`` records (architecture §8).
 
 Owns the sequence discipline (in order, duplicate, gap -> replay, gap older than the engine's
 buffer -> CLEARED + degraded, engine restart), and turning block-table changes into KvEvent
@@ -26,7 +26,10 @@ the replay socket, which holds the engine's own copy; only when replay cannot su
 lost (CLEARED, degraded).
 
 Records the bridge makes itself (CLEARED at start or after a lost gap) use the bridge's clock and
-index 4095.
+index 4095. Whatever the clocks say, the ``engine_seq`` a bridge emits is strictly increasing
+(at least the previous one + 1): the pipeline applies a worker's events only in that order
+(``kvcompass.event_order``), and a lost gap's CLEARED (bridge clock, now) is followed by replayed
+batches whose engine timestamps are older.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class RankBridge:
         self.relearn_batches = relearn_batches
         self._clean = 0
         self._last_ts = float("-inf")
+        self._last_seq = -1
         self._pending_clear: list[dict[str, Any]] = []
         self.region_id = region_id
         self.namespace = namespace
@@ -104,6 +108,8 @@ class RankBridge:
     # -- records -------------------------------------------------------------------------------
 
     def _base(self, op: Op, seq_value: int, ts_ms: int) -> dict[str, Any]:
+        seq_value = max(seq_value, self._last_seq + 1)
+        self._last_seq = seq_value
         return {
             "worker_id": self.worker_id,
             "region_id": self.region_id,
@@ -142,6 +148,8 @@ class RankBridge:
             registration_lengths=ch.lengths,
             registration_keys=ch.keys,
         )
+        if ch.salt is not None:  # keyed in the namespace of the salt's sharing group
+            rec["sharing_group"] = ch.salt
         if ch.op is Op.STORED:
             rec["token_ids"] = last.prefix().astype("<i4").tobytes()
         return rec

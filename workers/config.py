@@ -1,8 +1,8 @@
-"""``SidecarConfig``: the one frozen configuration of a worker sidecar (DESIGN §8).
+"""``SidecarConfig``: the one frozen configuration of a worker sidecar (architecture §8).
 
 Owns where the engine is (HTTP base URL, KV-event PUB and replay ROUTER endpoints, topic, page
 size, DP size), who the worker is in the deployment (worker id, key namespace), and the sidecar's
-periods and bounds. Kafka addresses and topic names are ``pipeline.config.PipelineConfig``'s.
+periods and bounds. Kafka addresses and topic names are ``wire.config.PipelineConfig``'s.
 Validated in ``__post_init__``, which never does I/O.
 
 DP ranks: an engine started with data-parallel attention size D runs D independent caches; rank r
@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
 
+from kvcompass.config_mapping import kwargs_from_mapping
 from kvcompass.errors import ConfigError
 
 
@@ -37,7 +38,7 @@ class SidecarConfig:
 
     worker_id: int
     deployment: str = "paper-testbed-14x3"
-    """Built-in deployment name or TOML path (kvcompass.cli.deployments.load_deployment)."""
+    """Built-in deployment name or TOML path (wire.deployments.load_deployment)."""
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     model_config: str = ""
     sharing_group: str | None = None
@@ -95,11 +96,4 @@ class SidecarConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> SidecarConfig:
         """From a parsed file section or CLI flags; kebab-case accepted; unknown keys refused."""
-        known = {f.name for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for raw, value in values.items():
-            key = raw.replace("-", "_")
-            if key not in known:
-                raise ConfigError(f"sidecar config: expected keys in {sorted(known)}, got {raw!r}")
-            kwargs[key] = value
-        return cls(**kwargs)
+        return cls(**kwargs_from_mapping(cls, values, "sidecar config"))

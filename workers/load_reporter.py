@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 
 from kvcompass.router.load_report import worker_queue_ms
-from pipeline.codec import AvroCodec, int32_key
-from pipeline.producer import ProducerPort
+from wire.codec import AvroCodec, int32_key
+from wire.producer import ProducerPort
 
 log = logging.getLogger(__name__)
 

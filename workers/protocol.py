@@ -74,6 +74,7 @@ class _MapStored(msgspec.Struct, tag_field="type", tag="BlockStored"):
     lora_id: int | None = None
     medium: str | None = None
     lora_name: str | None = None
+    cache_salt: str | None = None
 
 
 class _MapRemoved(msgspec.Struct, tag_field="type", tag="BlockRemoved"):
@@ -139,6 +140,9 @@ class Stored:
     block_size: int
     medium: str
     lora_id: int | None = None
+    cache_salt: str | None = None
+    """The engine cache namespace of the request that stored them (SGLang's ``cache_salt``: its
+    block hashes are chained from a salt-derived root, so they differ from unsalted ones)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +223,7 @@ def _normal(ev: object) -> Event:
             ev.block_size,
             _medium(ev.medium),
             ev.lora_id,
+            getattr(ev, "cache_salt", None),
         )
     if isinstance(ev, _MapRemoved | _ArrRemoved):
         return Removed(tuple(_hash(h) for h in ev.block_hashes), _medium(ev.medium))
@@ -305,6 +310,7 @@ def _event_map(ev: Event) -> dict[str, object]:
             "block_size": ev.block_size,
             "lora_id": ev.lora_id,
             "medium": ev.medium,
+            **({"cache_salt": ev.cache_salt} if ev.cache_salt is not None else {}),
         }
     if isinstance(ev, Removed):
         return {"type": "BlockRemoved", "block_hashes": list(ev.block_hashes), "medium": ev.medium}

@@ -5,7 +5,7 @@ Owns the flags that must agree with the sidecar's ``SidecarConfig``: ``--kv-even
 ``--enable-metrics``, ``--enable-cache-report`` (``cached_tokens`` in OpenAI usage), optional
 ``--enable-hierarchical-cache`` (the DRAM tier, HiCache) and ``--dp-size``. Refuses user
 arguments that contradict them. Must not: import sglang (it exists only where a GPU does; the
-``sglang`` extra installs it) or start the sidecar (``kvcompass.cli.worker`` does both).
+``sglang`` extra installs it) or start the sidecar (``cli.worker`` does both).
 """
 
 from __future__ import annotations

@@ -28,11 +28,12 @@ from confluent_kafka.admin import AdminClient
 from kvcompass.deployment import Deployment
 from kvcompass.keys import KeyNamespace
 from kvcompass.levels import Levels
-from pipeline.codec import AvroCodec, DecodeError, int32_key
-from pipeline.config import PipelineConfig
-from pipeline.dead_letter import dead_letter_record
-from pipeline.producer import ProducerPort
-from pipeline.topics import ensure_topics
+from wire.codec import AvroCodec, DecodeError, int32_key
+from wire.config import PipelineConfig
+from wire.dead_letter import dead_letter_record
+from wire.kafka_clients import aiokafka_kwargs, librdkafka_conf
+from wire.producer import ProducerPort
+from wire.topics import ensure_topics
 from workers.bridge import RankBridge
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
@@ -41,6 +42,7 @@ from workers.migration import MigrationExecutor
 from workers.protocol import Rejected
 
 log = logging.getLogger(__name__)
+CONSUMER_STOP_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +221,7 @@ async def run_migrations(
     """Every sidecar reads every migration (its own consumer group) and keeps its own."""
     consumer = AIOKafkaConsumer(
         *pipe.mirrored(pipe.topics.migrations),  # + MirrorMaker 2 copies from other regions
-        bootstrap_servers=pipe.bootstrap_servers,
+        **aiokafka_kwargs(pipe),
         group_id=f"kvcompass-migrate-{pipe.topic_prefix}w{executor.worker_id}",
         auto_offset_reset=offset_reset,
     )
@@ -235,7 +237,13 @@ async def run_migrations(
                 if executor.accept(rec):
                     await executor.execute(http, rec)
     finally:
-        await consumer.stop()
+        # aiokafka's stop commits and leaves the group, retrying while the broker is gone: bound
+        # it (the committed position only decides which migrations a restart re-reads)
+        try:
+            await asyncio.wait_for(consumer.stop(), CONSUMER_STOP_S)
+        except TimeoutError:
+            log.warning("migrations consumer: not stopped within %.0f s (broker unreachable?); "
+                        "its last position may not be committed", CONSUMER_STOP_S)  # fmt: skip
 
 
 def bridge_cache_states(bridges: list[RankBridge]) -> CacheStates:
@@ -263,10 +271,24 @@ async def serve_deliveries(sink: ProducerPort, period_s: float = 0.5) -> None:
         await asyncio.sleep(period_s)
 
 
+def flush_or_say(sink: ProducerPort, timeout_s: float, who: str) -> int:
+    """Flush the producer for up to ``timeout_s``; say what could not be delivered (the records
+    are lost to the index: the worker's next sidecar start publishes CLEARED, so the index
+    forgets what it cannot know). Returns the records left."""
+    left = sink.flush(timeout_s)
+    if left:
+        log.error("%s stopping: %d records not delivered within %.0f s (broker unreachable?); "
+                  "they are lost, the next start of this sidecar clears the worker's index "
+                  "entries (CLEARED)", who, left, timeout_s)  # fmt: skip
+    else:
+        log.info("%s stopping: every record delivered", who)
+    return left
+
+
 def ensure_kafka_topics(pipe: PipelineConfig) -> None:
     """Create the pipeline's topics if missing (idempotent; a broker that does not auto-create
     topics would otherwise hold every record until it times out)."""
-    ensure_topics(AdminClient({"bootstrap.servers": pipe.bootstrap_servers}), pipe)
+    ensure_topics(AdminClient(librdkafka_conf(pipe)), pipe)
 
 
 async def run_sidecar(

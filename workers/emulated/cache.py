@@ -17,7 +17,11 @@ Model (what SGLang's radix cache + HiCache do, reduced to what the events show):
 - Pages of the request being admitted are never victims; when nothing else can go, the cache
   runs over capacity until the next admission (engines stall instead; the events stay truthful).
 - Block hash of a page: blake2b-64 of (parent hash, page tokens), signed; the root's parent is
-  none. Eviction: one scan of the tier per admission collects the eligible nodes into a heap
+  none, or a hash of the request's ``cache_salt``.
+- ``cache_salt`` (SGLang 0.5.23's per-request cache namespace, ``RadixKey(extra_key,
+  cache_salt)``): one tree per salt; a prompt matches only pages stored under its own salt, so
+  ``cached_tokens`` never counts another namespace's pages. ``BlockStored`` carries the salt.
+- Eviction: one scan of the tier per admission collects the eligible nodes into a heap
   ordered by (policy rank, time the node entered the tier); a victim's parent that becomes
   eligible joins the heap. That is the same victim sequence as re-scanning for the minimum after
   every eviction, in O(n log n) per admission instead of O(n) per evicted page (the per-page scan
@@ -47,6 +51,15 @@ def page_hash(parent: int | None, tokens: Sequence[int]) -> int:
     return int.from_bytes(h.digest(), "big", signed=True)
 
 
+def salt_seed(salt: str | None) -> int | None:
+    """The hash a salted tree's first page chains from (SGLang 0.5.23 chains a salted path from
+    a salt-derived root hash, ``mem_cache/utils.py``): one tokens, two salts, two hashes."""
+    if salt is None:
+        return None
+    digest = hashlib.blake2b(b"cache-salt\0" + salt.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
 @dataclass(slots=True, eq=False)
 class Node:
     page: tuple[int, ...]
@@ -60,6 +73,8 @@ class Node:
     children: dict[tuple[int, ...], Node] = field(default_factory=dict)
     kv: Any = None
     """The page's KV in tiny-llama mode (a torch tensor, ``tiny_llama`` layout), else None."""
+    salt: str | None = None
+    """The cache namespace (``cache_salt``) of the tree the node is in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +113,8 @@ class PrefixCache:
         self.vram_pages = vram_tokens // page_size
         self.dram_pages = dram_tokens // page_size
         self.policy = policy
-        self._root: dict[tuple[int, ...], Node] = {}
+        self._roots: dict[str | None, dict[tuple[int, ...], Node]] = {}
+        """One tree per cache namespace (request ``cache_salt``; None: unsalted)."""
         self._tier_nodes: dict[Tier, dict[int, Node]] = {Tier.VRAM: {}, Tier.DRAM: {}}
         self._clock = 0
         self._seq = 0
@@ -110,9 +126,15 @@ class PrefixCache:
         p = self.page_size
         return [tuple(tokens[i : i + p]) for i in range(0, len(tokens) - p + 1, p)]
 
-    def _walk(self, pages: list[tuple[int, ...]]) -> list[Node]:
+    def _root(self, salt: str | None) -> dict[tuple[int, ...], Node]:
+        root = self._roots.get(salt)
+        if root is None:
+            root = self._roots[salt] = {}
+        return root
+
+    def _walk(self, pages: list[tuple[int, ...]], salt: str | None) -> list[Node]:
         path: list[Node] = []
-        level = self._root
+        level = self._roots.get(salt, {})
         for page in pages:
             node = level.get(page)
             if node is None:
@@ -121,17 +143,19 @@ class PrefixCache:
             level = node.children
         return path
 
-    def match(self, tokens: Sequence[int]) -> tuple[int, int]:
-        """``(device, host)`` tokens of the longest cached prefix; changes nothing."""
-        path = self._walk(self._pages(tokens))
+    def match(self, tokens: Sequence[int], salt: str | None = None) -> tuple[int, int]:
+        """``(device, host)`` tokens of the longest cached prefix in namespace ``salt``;
+        changes nothing."""
+        path = self._walk(self._pages(tokens), salt)
         dev = sum(1 for n in path if n.tier is Tier.VRAM) * self.page_size
         return dev, len(path) * self.page_size - dev
 
-    def admit(self, tokens: Sequence[int]) -> Admission:
-        """Serve a prompt: reuse its cached prefix (loading DRAM pages), store the new pages."""
+    def admit(self, tokens: Sequence[int], salt: str | None = None) -> Admission:
+        """Serve a prompt: reuse its cached prefix (loading DRAM pages), store the new pages.
+        ``salt``: the request's ``cache_salt``; a prompt only ever matches pages of its own."""
         self._clock += 1
         pages = self._pages(tokens)
-        path = self._walk(pages)
+        path = self._walk(pages, salt)
         events: list[Event] = []
         dev = host = 0
         for node in path:
@@ -146,10 +170,10 @@ class PrefixCache:
         parent = path[-1] if path else None
         fresh: list[Node] = []
         for page in pages[len(path) :]:
-            parent_hash = None if parent is None else parent.block_hash
-            node = Node(page, parent, page_hash(parent_hash, page), Tier.VRAM)
+            parent_hash = salt_seed(salt) if parent is None else parent.block_hash
+            node = Node(page, parent, page_hash(parent_hash, page), Tier.VRAM, salt=salt)
             node.last_use, node.uses = self._clock, 1
-            (parent.children if parent else self._root)[page] = node
+            (parent.children if parent else self._root(salt))[page] = node
             self._put(node, Tier.VRAM)
             fresh.append(node)
             parent = node
@@ -160,9 +184,9 @@ class PrefixCache:
         new = len(fresh) * self.page_size
         return Admission(len(tokens), dev, host, new, events, tuple(path), tuple(fresh))
 
-    def export(self, tokens: Sequence[int]) -> list[Node]:
+    def export(self, tokens: Sequence[int], salt: str | None = None) -> list[Node]:
         """The cached pages of ``tokens``' longest prefix that carry KV tensors."""
-        path = self._walk(self._pages(tokens))
+        path = self._walk(self._pages(tokens), salt)
         n = next((i for i, node in enumerate(path) if node.kv is None), len(path))
         return path[:n]
 
@@ -171,14 +195,14 @@ class PrefixCache:
         pages already held keep their place. Events as for any store."""
         self._clock += 1
         pages = self._pages(tokens)[: len(kvs)]
-        path = self._walk(pages)
+        path = self._walk(pages, None)
         parent = path[-1] if path else None
         fresh: list[Node] = []
         for i in range(len(path), len(pages)):
             parent_hash = None if parent is None else parent.block_hash
             node = Node(pages[i], parent, page_hash(parent_hash, pages[i]), tier, kv=kvs[i])
             node.last_use, node.uses = self._clock, 1
-            (parent.children if parent else self._root)[pages[i]] = node
+            (parent.children if parent else self._root(None))[pages[i]] = node
             self._put(node, tier)
             fresh.append(node)
             parent = node
@@ -189,7 +213,7 @@ class PrefixCache:
         return events + self._evict(keep)
 
     def clear(self) -> list[Event]:
-        self._root.clear()
+        self._roots.clear()
         for nodes in self._tier_nodes.values():
             nodes.clear()
         return [Cleared()]
@@ -200,7 +224,8 @@ class PrefixCache:
         first = nodes[0]
         toks = tuple(t for n in nodes for t in n.page)
         parent = None if first.parent is None else first.parent.block_hash
-        return Stored(tuple(n.block_hash for n in nodes), parent, toks, self.page_size, medium)
+        return Stored(tuple(n.block_hash for n in nodes), parent, toks, self.page_size, medium,
+                      cache_salt=first.salt)  # fmt: skip
 
     def _set_tier(self, node: Node, tier: Tier) -> None:
         if node.kv is not None:  # a device <-> host transfer is a copy (torch tensor: clone)
@@ -224,7 +249,7 @@ class PrefixCache:
 
     def _drop(self, node: Node) -> None:
         self._tier_nodes[node.tier].pop(id(node), None)
-        (node.parent.children if node.parent else self._root).pop(node.page, None)
+        (node.parent.children if node.parent else self._root(node.salt)).pop(node.page, None)
 
     def _evict(self, keep: set[int]) -> list[Event]:
         events: list[Event] = []

@@ -22,12 +22,12 @@ import asyncio
 import dataclasses
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvcompass.types import Tier
-from workers.emulated.cache import Admission, PrefixCache
+from workers.emulated.cache import Admission, Node, PrefixCache
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.publisher import EventPublisher
 
@@ -45,6 +45,20 @@ class Loads:
     prefill_busy_us: int = 0
     prefill_uncached_tokens: int = 0
     requests: int = 0
+    prefill_cached_tokens: int = 0
+    prefill_prompt_tokens: int = 0
+    waiting_prompt_tokens: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Running:
+    """What one running request holds of the KV pool: its prompt's pages in the tree (shared
+    with others that matched them) and the tokens allocated outside the tree (the prompt's
+    partial last page, then every decoded token)."""
+
+    nodes: tuple[Node, ...]
+    prompt_tokens: int
+    decoded: int = 0
 
 
 ABORT_POLL_MS = 4000.0
@@ -53,7 +67,7 @@ ABORT_POLL_MS = 4000.0
 
 
 class ClientGone(Exception):
-    """The HTTP client of a waiting request left: the request was aborted before its prefill."""
+    """The HTTP client of a request left: the request was aborted (waiting or running)."""
 
 
 class Engine:
@@ -64,8 +78,13 @@ class Engine:
         publisher: EventPublisher,
         model: TinyLlama | None = None,
         stream_interval: int = 1,
+        chunked_prefill_size: int = 4096,
     ) -> None:
         self.cache = cache
+        self.chunked_prefill_size = max(int(chunked_prefill_size), 1)
+        """SGLang's ``--chunked-prefill-size`` (4096 on a 32 GB GPU such as the RTX 5090, SGLang
+        0.5.23's ``arg_groups/memory_hook.py``): what ``waiting_uncached_tokens`` counts of a
+        running prefill."""
         self.stream_interval = max(int(stream_interval), 1)
         """SGLang's ``--stream-interval``: a streamed response gets the first token at once, then
         one chunk per this many tokens (cost-model decode also sleeps once per chunk)."""
@@ -77,6 +96,7 @@ class Engine:
         self._in_prefill: tuple[int, float, float] | None = None
         """(uncached tokens, perf_counter start, wall seconds) of the prefill in progress."""
         self._kv: dict[int, Tensor] = {}  # tiny-llama: prompt KV of running requests, by id(adm)
+        self._running: dict[int, _Running] = {}  # by id(adm) of the admission ``prefill`` returned
 
     def _compute(self, tokens: Sequence[int], adm: Admission) -> tuple[Admission, float]:
         """Tiny-llama prefill of what the cache does not hold; fills the fresh pages' KV.
@@ -97,7 +117,10 @@ class Engine:
         return out, ms
 
     async def prefill(
-        self, tokens: Sequence[int], disconnected: Callable[[], bool] | None = None
+        self,
+        tokens: Sequence[int],
+        disconnected: Callable[[], bool] | None = None,
+        salt: str | None = None,
     ) -> Admission:
         """Queue, then prefill ``tokens``; the request counts as running until ``finish``.
 
@@ -106,35 +129,65 @@ class Engine:
         manager aborts a waiting request whose HTTP client left (it polls every
         ``SGLANG_REQUEST_STATE_WAIT_TIMEOUT`` = 4 s). Without it, requests a client gave up on
         (a hot-spotted worker's queue) kept the worker busy for minutes after the load stopped."""
-        dev, host = self.cache.match(tokens)
+        dev, host = self.cache.match(tokens, salt)
         estimate = max(len(tokens) - dev - host, 0)
         loads = self.loads
         loads.waiting += 1
         loads.waiting_uncached_tokens += estimate
+        loads.waiting_prompt_tokens += len(tokens)
         try:
             await self._queue(disconnected)
         finally:
             loads.waiting -= 1
             loads.waiting_uncached_tokens -= estimate
+            loads.waiting_prompt_tokens -= len(tokens)
+        loads.running += 1
+        loads.requests += 1
+        adm = self.cache.admit(tokens, salt)
+        run = _Running((*adm.reused, *adm.fresh), adm.prompt_tokens)
+        self._running[id(adm)] = run
         try:
-            loads.running += 1
-            loads.requests += 1
-            adm = self.cache.admit(tokens)
             uncached = adm.prompt_tokens - adm.cached_tokens
             model_ms = self.costs.prefill_ms(uncached, adm.host_hit_tokens)
             self._in_prefill = (uncached, time.perf_counter(), self.costs.sleep_s(model_ms))
             if adm.events:  # the cache already changed: publish even if the client goes away
                 await self.publisher.publish(adm.events)
             if self.model is not None and tokens:
+                del self._running[id(adm)]
                 adm, model_ms = self._compute(tokens, adm)  # real compute is the cost
+                self._running[id(adm)] = run
             else:
                 await asyncio.sleep(self.costs.sleep_s(model_ms))
             loads.prefill_busy_us += int(model_ms * 1000)
             loads.prefill_uncached_tokens += uncached
+            loads.prefill_cached_tokens += adm.cached_tokens
+            loads.prefill_prompt_tokens += adm.prompt_tokens
             return adm
+        except BaseException:  # cancelled mid-prefill (shutdown): the request is over
+            self.done(adm)
+            raise
         finally:
             self._in_prefill = None
             self._gpu.release()
+
+    async def receive(
+        self, tokens: Sequence[int], transfer_s: Callable[[], Awaitable[float]]
+    ) -> Admission:
+        """Decode mode (PD): the prompt's KV comes from a prefill worker instead of this GPU.
+        The request counts as running from arrival (SGLang's decode reserves its KV then, the
+        ``early`` policy) and holds its prompt's pages outside the tree (the decode radix cache
+        is off); ``transfer_s`` waits for the prefill and returns the wall seconds the transfer
+        takes, slept here. No prefill queue, no KV events."""
+        self.loads.running += 1
+        self.loads.requests += 1
+        adm = Admission(len(tokens), 0, 0, 0, [])
+        self._running[id(adm)] = _Running((), len(tokens))
+        try:
+            await asyncio.sleep(await transfer_s())
+        except BaseException:
+            self.done(adm)
+            raise
+        return adm
 
     async def _queue(self, disconnected: Callable[[], bool] | None) -> None:
         """Take the GPU lock; with ``disconnected``, give up (``ClientGone``) once it is true."""
@@ -154,34 +207,66 @@ class Engine:
             raise
 
     def waiting_uncached_tokens(self) -> int:
-        """Tokens not yet prefilled: the queue's, plus what remains of the prefill in progress
-        (pro rata of its time). SGLang keeps a chunked prefill in its waiting state until its
-        last chunk, so its remaining tokens count as waiting there too; leaving them out made an
-        engine in the middle of a long prefill report an empty queue."""
+        """SGLang 0.5.23's ``num_waiting_uncached_tokens``
+        (``scheduler_components/load_inquirer.py::get_num_waiting_uncached_tokens``): the queue's
+        uncached tokens, plus, while a prefill longer than one chunk is SGLang's ``chunked_req``
+        (until its last chunk starts), its tokens not prefilled yet (``seqlen - prefix_len``,
+        whole chunks done so far, chunks taking equal time); a one-chunk prefill, and the last
+        chunk of a longer one, are not counted while they run. The simulator's reports follow the
+        same rule (``sim/engine/loads.py``)."""
         n = self.loads.waiting_uncached_tokens
         cur = self._in_prefill
         if cur is not None:
             uncached, started, duration_s = cur
-            done = (time.perf_counter() - started) / duration_s if duration_s > 0 else 1.0
-            n += int(uncached * max(0.0, 1.0 - done))
+            chunk = self.chunked_prefill_size
+            n_chunks = max(-(-uncached // chunk), 1)
+            frac = (time.perf_counter() - started) / duration_s if duration_s > 0 else 1.0
+            done = min(int(frac * n_chunks), n_chunks)
+            if done < n_chunks - 1:  # still the chunked_req: its last chunk has not started
+                n += uncached - done * chunk
         return n
+
+    def waiting_prompt_tokens(self) -> int:
+        """Prompt tokens of the queued requests (SGLang's ``num_total_tokens`` adds them)."""
+        return self.loads.waiting_prompt_tokens
 
     def done(self, adm: Admission | None = None) -> None:
         """The request admitted by ``prefill`` finished (or failed)."""
         self.loads.running -= 1
         if adm is not None:
             self._kv.pop(id(adm), None)
+            self._running.pop(id(adm), None)
+
+    def kv_used_tokens(self) -> int:
+        """Tokens of the VRAM pool that cannot be evicted now, as SGLang counts them
+        (``SchedulerPoolStatsObserver._get_token_info``: ``max_total_num_tokens - (available +
+        evictable)``): the tree pages that running requests hold (each page once), plus what each
+        running request holds outside the tree (``kv_private_tokens``: its allocation rounded up
+        to pages, less its pages in the tree). Cached pages nobody holds are evictable and do not
+        count: an idle worker full of cache reports 0, as SGLang does. At most the capacity
+        (the emulated cache may run over it; SGLang's allocator cannot)."""
+        p = self.cache.page_size
+        held: set[int] = set()
+        private = 0
+        for run in self._running.values():
+            held.update(id(n) for n in run.nodes if n.tier is Tier.VRAM)
+            allocated = -(-(run.prompt_tokens + run.decoded) // p) * p
+            private += allocated - len(run.nodes) * p
+        return min(len(held) * p + private, self.cache.vram_pages * p)
 
     async def decode(
         self, tokens: Sequence[int], max_new_tokens: int, adm: Admission | None = None
     ) -> AsyncIterator[int]:
         """Generated ids, one per decode step (greedy from the tiny model when there is one)."""
         kv = self._kv.pop(id(adm), None) if adm is not None else None
+        run = self._running.get(id(adm)) if adm is not None else None
         m = self.model
         if m is not None and kv is not None and adm is not None:
             logits = adm.logits
             for _ in range(max_new_tokens):
                 tok = m.greedy(logits)
+                if run is not None:
+                    run.decoded += 1
                 yield tok
                 out, step = m.forward([tok], kv)
                 kv, logits = m.concat([kv, step]), out[-1]
@@ -193,6 +278,8 @@ class Engine:
             k: int = min(group, max_new_tokens - i)
             await asyncio.sleep(self.costs.sleep_s(self.costs.decode_ms_per_token * k))
             for j in range(i, i + k):
+                if run is not None:
+                    run.decoded += 1
                 yield 97 + (seed + 7 * j) % 26
             i += k
             group = self.stream_interval

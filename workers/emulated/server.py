@@ -4,9 +4,16 @@ Owns the request/response JSON of ``POST /generate`` (``input_ids`` or ``text``,
 ``sampling_params.max_new_tokens``, ``stream`` as SSE, ``meta_info.cached_tokens`` and, on a hit,
 ``meta_info.cached_tokens_details {device, host}``), ``/v1/completions`` and
 ``/v1/chat/completions`` (with streaming; ``usage.prompt_tokens_details.cached_tokens``),
-``GET /v1/loads``, ``GET /server_info`` (with the ``kv_events`` block the sidecar discovers),
-``GET /health``, ``GET /v1/models``, ``POST /flush_cache``. Errors are 4xx JSON in the OpenAI
-error shape with the request id echoed (``X-Request-Id``). Must not: hold cache or timing logic.
+``GET /v1/loads`` and ``GET /get_load`` (``load_api``), ``GET /server_info`` (with the
+``kv_events`` block the sidecar discovers), ``GET /health``, ``GET /v1/models``,
+``POST /flush_cache``; in PD mode (``disagg``) the bootstrap fields of SGLang's PD router and
+the ``disaggregation_*`` server args in ``/server_info``. Errors are 400 JSON in SGLang's shapes
+(``http_common``) with the request id echoed (``X-Request-Id``); the limits are SGLang's
+(``limits``). Must not: hold cache or timing logic.
+
+Body size: SGLang's server (FastAPI on uvicorn) sets no request body limit, so neither does this
+one (aiohttp's default would answer 413 past 1 MiB, which a 128k-token prompt of ids exceeds):
+a long prompt is refused by the context length, with SGLang's message, not by its size.
 
 The tiny-llama KV copy routes (not SGLang's) are in ``kv_copy``.
 """
@@ -23,21 +30,25 @@ from typing import Any
 from aiohttp import web
 
 from kvcompass.byte_tokenizer import detokenize, tokenize
-from kvcompass.types import Tier
 from workers.emulated.cache import Admission
+from workers.emulated.disagg import DISAGG, Disagg, TransferFailed, bootstrap_of
 from workers.emulated.engine import ClientGone, Engine
 from workers.emulated.http_common import (
     ENGINE,
     INFO,
     BadRequest,
+    Invalid,
     aborted,
-    error,
-    parse_max_new,
+    cache_salt,
+    native_error,
+    openai_error,
     run,
     sse,
     token_ids,
 )
 from workers.emulated.kv_copy import kv_export, kv_import
+from workers.emulated.limits import check_context, check_max_new
+from workers.emulated.load_api import get_load, loads
 from workers.emulated.openai_api import models, openai
 
 VERSION = "0.5.23-kvcompass-emulated"
@@ -61,6 +72,10 @@ class ServerInfo:
     stream_interval: int = 1
     host: str = "127.0.0.1"
     port: int = 30000
+    context_length: int = 131_072
+    disaggregation_mode: str = "null"
+    disaggregation_bootstrap_port: int = 8998
+    disaggregation_transfer_backend: str = "mooncake"
 
     def as_json(self) -> dict[str, Any]:
         def port(ep: str | None) -> int | None:
@@ -100,6 +115,10 @@ class ServerInfo:
             "attn_dp_size": 1,
             "enable_cache_report": self.enable_cache_report,
             "stream_interval": self.stream_interval,
+            "context_length": self.context_length,
+            "disaggregation_mode": self.disaggregation_mode,
+            "disaggregation_bootstrap_port": self.disaggregation_bootstrap_port,
+            "disaggregation_transfer_backend": self.disaggregation_transfer_backend,
             "kv_events_config": json.dumps(cfg),
             "kv_events": kv_events,
             "internal_states": [{}],
@@ -129,23 +148,36 @@ async def generate(request: web.Request) -> web.StreamResponse:
     try:
         body = await request.json()
         if not isinstance(body, dict):
-            raise BadRequest("body: expected a JSON object")
+            raise Invalid("body: expected a JSON object")
         rid = str(body.get("rid") or rid)
         if "input_ids" in body:
             tokens = token_ids(body["input_ids"], "input_ids")
         elif isinstance(body.get("text"), str):
             tokens = tokenize(body["text"])
         else:
-            raise BadRequest("expected 'input_ids' (list of ints) or 'text' (string)")
+            raise BadRequest("Either text, input_ids or input_embeds should be provided.")
         params = body.get("sampling_params") or {}
-        max_new = parse_max_new(params.get("max_new_tokens"), 128)
-    except (BadRequest, json.JSONDecodeError, AttributeError) as exc:
-        return error(400, str(exc), rid)
+        if not isinstance(params, dict):
+            raise Invalid("sampling_params: expected an object")
+        asked = params.get("max_new_tokens")
+        check_max_new(asked)
+        check_context(len(tokens), asked, int(request.app[INFO]["context_length"]))
+        disagg = request.app[DISAGG]
+        bootstrap = bootstrap_of(body, disagg.mode)
+        salt = cache_salt(body)
+    except (Invalid, json.JSONDecodeError) as exc:
+        return openai_error(str(exc), rid, err_type="Bad Request")
+    except BadRequest as exc:
+        return native_error(str(exc), rid)
+    max_new = disagg.max_new(128 if asked is None else asked)
     start = time.perf_counter()
     try:
-        adm, steps = await run(request.app[ENGINE], tokens, max_new, request)
-    except ClientGone:
-        return aborted(rid)
+        pd = (disagg, bootstrap)
+        adm, steps = await run(request.app[ENGINE], tokens, max_new, request, rid, pd, salt)
+    except ClientGone as exc:
+        return aborted(exc, rid, openai=False)
+    except TransferFailed as exc:
+        return native_error(str(exc), rid, status=500)
     out: list[int] = []
     if body.get("stream"):
 
@@ -164,36 +196,15 @@ async def generate(request: web.Request) -> web.StreamResponse:
             return await sse(request, chunks())
         finally:  # a client that left mid-stream: the request is done (running count, KV)
             await steps.aclose()
-    out = [t async for t in steps]
+    try:
+        out = [t async for t in steps]
+    except ClientGone as exc:
+        return aborted(exc, rid, openai=False)
+    finally:
+        await steps.aclose()
     meta = _meta(rid, adm, len(out), start, True)
     body_out = {"text": detokenize(out), "output_ids": out, "meta_info": meta}
     return web.json_response(body_out, headers={"X-Request-Id": rid})
-
-
-async def loads(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE]
-    ld, cache = engine.loads, engine.cache
-    used = cache.usage_tokens(Tier.VRAM)
-    cap = cache.vram_pages * cache.page_size
-    return web.json_response(
-        {
-            "timestamp": time.time(),
-            "loads": [
-                {
-                    "dp_rank": 0,
-                    "num_running_reqs": ld.running,
-                    "num_waiting_reqs": ld.waiting,
-                    "num_waiting_uncached_tokens": engine.waiting_uncached_tokens(),
-                    "num_used_tokens": used,
-                    "max_total_num_tokens": cap,
-                    "token_usage": used / cap if cap else 0.0,
-                    "total_prefill_busy_us": ld.prefill_busy_us,
-                    "total_prefill_uncached_tokens": ld.prefill_uncached_tokens,
-                    "num_requests": ld.requests,
-                }
-            ],
-        }
-    )
 
 
 async def server_info(request: web.Request) -> web.Response:
@@ -221,14 +232,19 @@ async def flush_cache(request: web.Request) -> web.Response:
     return web.Response(text="Cache flushed.\n")
 
 
-def build_app(engine: Engine, info: ServerInfo) -> web.Application:
-    app = web.Application()
+def build_app(
+    engine: Engine, info: ServerInfo, serve_get_load: bool = True, disagg: Disagg | None = None
+) -> web.Application:
+    app = web.Application(client_max_size=0)  # 0: no limit (SGLang's uvicorn has none)
     app[ENGINE] = engine
+    app[DISAGG] = disagg if disagg is not None else Disagg("null", "mooncake")
     app[INFO] = info.as_json()
     app.router.add_post("/generate", generate)
     app.router.add_post("/v1/completions", openai)
     app.router.add_post("/v1/chat/completions", openai)
     app.router.add_get("/v1/loads", loads)
+    if serve_get_load:
+        app.router.add_get("/get_load", get_load)
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/get_server_info", server_info)
     app.router.add_get("/model_info", model_info)

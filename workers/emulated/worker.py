@@ -1,7 +1,7 @@
 """``EmulatedWorker``: wires cache, cost model, publisher, engine and HTTP app, and runs them.
 
-Owns ``EmulatedConfig`` (one frozen config: model, page size, tier capacities, policy, costs,
-KV-events endpoints) and the lifecycle (bind, serve, close). Must not: hold request logic.
+Owns ``EmulatedConfig`` (one frozen config: model, page size, tier capacities, eviction policy,
+costs, KV-events endpoints) and the lifecycle (bind, serve, close). Must not: hold request logic.
 Port 0 (HTTP) and ``tcp://127.0.0.1:*`` (ZMQ) bind free ports; ``/server_info`` advertises the
 bound addresses, so a sidecar can discover them. Tiny-llama mode imports torch (only then) and
 sets its intra-op threads for the whole process (``torch_threads``, default 1: the emulated
@@ -25,6 +25,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 from kvcompass.errors import ConfigError
 from workers.emulated.cache import PrefixCache
 from workers.emulated.costs import EmulatedCosts
+from workers.emulated.disagg import Disagg, bootstrap_app, check_mode
 from workers.emulated.engine import Engine
 from workers.emulated.http_common import INFO
 from workers.emulated.publisher import EventPublisher
@@ -42,7 +43,10 @@ class EmulatedConfig:
     page_size_tokens: int = 16
     vram_tokens: int = 262_144
     dram_tokens: int = 1_048_576
-    policy: str = "lru"
+    radix_eviction_policy: str = "lru"
+    chunked_prefill_size: int = 4096
+    """SGLang's ``--chunked-prefill-size``; its default on a 32 GB GPU (the RTX 5090 emulated)."""
+    """SGLang's ``--radix-eviction-policy`` (its choices lru and lfu are emulated)."""
     events_endpoint: str = "tcp://*:5557"
     replay_endpoint: str | None = "tcp://*:5558"
     events_topic: str = "kv-events"
@@ -60,8 +64,32 @@ class EmulatedConfig:
     enable_cache_report: bool = True
     """SGLang's ``--enable-cache-report``: ``usage.prompt_tokens_details.cached_tokens`` in
     OpenAI responses (without it SGLang sends ``prompt_tokens_details: null``)."""
+    context_length_tokens: int = 131_072
+    """SGLang's ``--context-length`` (default: the model's; 131,072 for Llama-3.1-8B). Longer
+    inputs, and input + asked output over it, are refused with SGLang's 400s (``limits``)."""
+    serve_get_load: bool = True
+    """Serve ``GET /get_load`` (what ``sglang-router``'s ``power_of_two`` polls) in the shape of
+    SGLang's last releases that had it; False answers 404, as SGLang 0.5.23 does (``load_api``)."""
+    shutdown_timeout_s: float = 3.0
+    """On close (SIGTERM): how long in-flight requests may still finish (wall seconds) before
+    they are cancelled. SGLang drains every request first, but its requests finish at GPU
+    speed; an emulated worker's abandoned ones could decode for minutes (aiohttp's 60 s default
+    made workers take 60-120 s to exit)."""
+
+    disaggregation_mode: str = "null"
+    """SGLang's ``--disaggregation-mode``: ``null`` (prefill and decode here), ``prefill`` or
+    ``decode`` (``disagg``)."""
+    disaggregation_bootstrap_port: int = 8998
+    """SGLang's ``--disaggregation-bootstrap-port`` (prefill mode: its bootstrap server; 0 = a
+    free port, reported in ``/server_info``)."""
+    disaggregation_transfer_backend: str = "mooncake"
+    """SGLang's ``--disaggregation-transfer-backend`` (reported; ``fake``: no transfer)."""
 
     def __post_init__(self) -> None:
+        check_mode(self.disaggregation_mode, self.disaggregation_transfer_backend,
+                   self.disaggregation_bootstrap_port)  # fmt: skip
+        if self.disaggregation_mode != "null" and self.tiny_llama is not None:
+            raise ConfigError("disaggregation_mode: cost-model mode only (not tiny-llama)")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port: expected 0..65535, got {self.port}")
         if self.replay_buffer_steps < 1:
@@ -70,6 +98,11 @@ class EmulatedConfig:
             raise ConfigError(f"stream_interval: expected >= 1, got {self.stream_interval}")
         if self.torch_threads < 1:
             raise ConfigError(f"torch_threads: expected >= 1, got {self.torch_threads}")
+        if self.context_length_tokens < 2:
+            got = self.context_length_tokens
+            raise ConfigError(f"context_length_tokens: expected >= 2, got {got}")
+        if self.shutdown_timeout_s < 0:
+            raise ConfigError(f"shutdown_timeout_s: expected >= 0, got {self.shutdown_timeout_s}")
 
 
 log = logging.getLogger(__name__)
@@ -141,7 +174,9 @@ class EmulatedWorker:
             buffer_steps=c.replay_buffer_steps,
             replay_topic_frame=c.replay_topic_frame,
         )
-        cache = PrefixCache(c.page_size_tokens, c.vram_tokens, c.dram_tokens, c.policy)
+        cache = PrefixCache(
+            c.page_size_tokens, c.vram_tokens, c.dram_tokens, c.radix_eviction_policy
+        )
         model = None
         if c.tiny_llama is not None:
             import torch
@@ -150,7 +185,9 @@ class EmulatedWorker:
 
             torch.set_num_threads(c.torch_threads)
             model = TinyLlama(c.tiny_llama)
-        self.engine = Engine(cache, c.costs, self.publisher, model, c.stream_interval)
+        self.engine = Engine(
+            cache, c.costs, self.publisher, model, c.stream_interval, c.chunked_prefill_size
+        )
         replay = self.publisher.replay_endpoint
         self.info = ServerInfo(
             c.model,
@@ -164,20 +201,37 @@ class EmulatedWorker:
             stream_interval=c.stream_interval,
             host=c.host,
             port=c.port,
+            context_length=c.context_length_tokens,
+            disaggregation_mode=c.disaggregation_mode,
+            disaggregation_bootstrap_port=c.disaggregation_bootstrap_port,
+            disaggregation_transfer_backend=c.disaggregation_transfer_backend,
         )
+        self.disagg = Disagg(c.disaggregation_mode, c.disaggregation_transfer_backend)
         self._runner: web.AppRunner | None = None
+        self._bootstrap: web.AppRunner | None = None
         self._replay_task: asyncio.Task[None] | None = None
         self.url = ""
 
     async def start(self) -> None:
-        app = build_app(self.engine, self.info)
-        self._runner = web.AppRunner(app, access_log=None, logger=_HTTP_LOG)
+        app = build_app(self.engine, self.info, self.config.serve_get_load, self.disagg)
+        self._runner = web.AppRunner(app, access_log=None, logger=_HTTP_LOG,
+                                     shutdown_timeout=self.config.shutdown_timeout_s)  # fmt: skip
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
         await site.start()
         port = int(self._runner.addresses[0][1])
         self.url = f"http://{self.config.host}:{port}"
         self.info = replace(self.info, port=port)
+        if self.config.disaggregation_mode == "prefill":  # SGLang's bootstrap server
+            grace = self.config.shutdown_timeout_s
+            boot_app = bootstrap_app(self.disagg)
+            self._bootstrap = web.AppRunner(boot_app, access_log=None, shutdown_timeout=grace)
+            await self._bootstrap.setup()
+            boot = web.TCPSite(self._bootstrap, self.config.host,
+                               self.config.disaggregation_bootstrap_port)  # fmt: skip
+            await boot.start()
+            bound = int(self._bootstrap.addresses[0][1])
+            self.info = replace(self.info, disaggregation_bootstrap_port=bound)
         app[INFO].update(self.info.as_json())  # in place: a started app's state is frozen
         self._replay_task = asyncio.create_task(self.publisher.serve_replay())
 
@@ -188,6 +242,9 @@ class EmulatedWorker:
                 await self._replay_task
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._bootstrap is not None:
+            await self._bootstrap.cleanup()
+        await self.disagg.close()
         self.publisher.close()
         self._ctx.term()
 
