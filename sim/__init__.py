@@ -1,4 +1,4 @@
-"""Event-driven simulator of KVCompass and its baselines (DESIGN §9, paper §4, §5.3).
+"""Event-driven simulator of KVCompass and its baselines (architecture §9, paper §4, §5.3).
 
 Folders follow the simulator's nouns: ``engine/`` (virtual clock, events), ``cluster/`` (simulated
 GPU workers and their two-tier KV caches), ``schemes/`` (one forwarding scheme per file plus a

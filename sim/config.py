@@ -1,6 +1,7 @@
 """SimConfig: every knob of one simulation run, frozen, units in the field names.
 
-Owns the defaults of the simulated hardware (see ``sim.cost`` for where each number comes from),
+Owns the defaults of the simulated hardware (``kvcompass.costs``, the one home of those numbers;
+``sim.cost`` says where each comes from),
 of the worker caches, of the control-plane network (delay, loss, jitter of index patches and
 queue vectors; paper Table 4's robustness knobs) and of the metrics. Must not read files, the
 environment or the clock; ``__post_init__`` only validates. The router's own tunables (Δ, w,
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvcompass import costs
 from kvcompass.errors import ConfigError
 
 EVICTION_POLICIES: tuple[str, ...] = ("lru", "lfu", "fifo")
@@ -26,17 +28,21 @@ class SimConfig:
     seed: int = 1
 
     # -- worker hardware (sim.cost explains each figure) ---------------------------------------
-    kv_bytes_per_token: int = 32 * 8 * 128 * 2 * 2
+    kv_bytes_per_token: int = costs.LLAMA31_8B_BF16_KV_BYTES_PER_TOKEN
     """Llama-3.1-8B BF16: 32 layers x 8 KV heads x 128 dims x (K,V) x 2 bytes = 128 KiB."""
     vram_kv_bytes: int = 32 * GIB
     """KV cache budget in VRAM (paper §5.3: 32 GB of the 80 GB card)."""
     dram_kv_bytes: int = 128 * GIB
     """Host DRAM KV cache per worker (paper §5.3: 128 GB)."""
-    pcie_bytes_per_s: float = 25e9
+    pcie_bytes_per_s: float = costs.HOST_DEVICE_BYTES_PER_S
     """Host -> device reload bandwidth (PCIe 4.0 x16, paper §5.3: ~25 GB/s)."""
-    decode_ms_per_token: float = 10.0
+    decode_ms_per_token: float = costs.DECODE_MS_PER_TOKEN
     """Time per output token of a request in a continuous batch (sim.cost derives it)."""
-    intra_region_bytes_per_s: float = 12.5e9
+    engine_chunk_tokens: int = 8192
+    """The engine's chunked-prefill size: SGLang's ``chunked_prefill_size`` default for a 60–90 GB
+    GPU (sglang 0.5.23 ``arg_groups/memory_hook.py``). Only its load report reads it: a running
+    prefill counts as waiting until its last chunk starts (``sim.engine.loads``)."""
+    intra_region_bytes_per_s: float = costs.INTRA_REGION_BYTES_PER_S
     """Worker-to-worker KV copy bandwidth inside a region (100 Gb/s), used by migrations."""
 
     # -- worker caches --------------------------------------------------------------------------
@@ -70,11 +76,17 @@ class SimConfig:
     queue_loss: float = 0.0
     """Probability a queue-vector broadcast or piggyback is lost."""
 
+    edge_clock_skew_ms: float = 5.0
+    """Standard deviation of each edge's clock offset (drawn once per run and region): chrony
+    over NTP keeps cloud hosts within a few ms of UTC, and the error of one sync is bounded by
+    half the path asymmetry to its server (sim/README "clock skew"). KVCompass's edges compare
+    times from different clocks (reading times, peers' landing times); 0 = one shared clock."""
+
     # -- KVCompass switches beyond the RouterConfig ablations ----------------------------------
     fp_bits: int = 8
     """Fingerprint bits per index slot in the edge views (0 reproduces the paper's keyless view)."""
     monotone: bool = True
-    """Prefix monotonicity rule in the view's match (DESIGN §5)."""
+    """Prefix monotonicity rule in the view's match (architecture §5)."""
     n_shards: int = 4
     """Index shards (maintenance units)."""
 
@@ -89,7 +101,7 @@ class SimConfig:
             raise ConfigError(
                 f"eviction: expected one of {EVICTION_POLICIES}, got {self.eviction!r}"
             )
-        for name in ("kv_bytes_per_token", "vram_kv_bytes", "n_shards"):
+        for name in ("kv_bytes_per_token", "vram_kv_bytes", "n_shards", "engine_chunk_tokens"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name}: expected a positive integer, got {getattr(self, name)}")
         for name in (
@@ -102,7 +114,12 @@ class SimConfig:
             v = float(getattr(self, name))
             if not math.isfinite(v) or v <= 0:
                 raise ConfigError(f"{name}: expected a positive finite number, got {v}")
-        for name in ("decode_ms_per_token", "index_base_delay_ms", "index_extra_delay_ms"):
+        for name in (
+            "decode_ms_per_token",
+            "index_base_delay_ms",
+            "index_extra_delay_ms",
+            "edge_clock_skew_ms",
+        ):
             v = float(getattr(self, name))
             if not math.isfinite(v) or v < 0:
                 raise ConfigError(f"{name}: expected a finite number >= 0, got {v}")

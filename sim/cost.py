@@ -19,8 +19,9 @@ Both include the return trip because the user sees the first token only when it 
 (in-region hops use the deployment's ``in_region_one_way_ms``). The load a worker carries (for
 the load factor, paper Fig. 14) is its prefill+reload GPU time.
 
-Numbers (A100-80GB, Llama-3.1-8B-Instruct BF16; paper §5.3)
------------------------------------------------------------
+Numbers (A100-80GB, Llama-3.1-8B-Instruct BF16; paper §5.3; the constants live in
+``kvcompass.costs``, shared with the router and the emulated worker)
+-----------------------------------------------------------------------------------------
 * β: the deployment's ``prefill_ms_per_token`` per region (paper-64x8: 0.086 ms/token, derived
   there from 2 x 8.03e9 FLOP/token at 60% of 312 TFLOP/s; testbeds: RTX 5090 0.085, measured in
   the paper §5.2).
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from kvcompass import costs
 from kvcompass.deployment import Deployment
 from sim.config import SimConfig
 
@@ -67,9 +69,13 @@ class CostModel:
         np.fill_diagonal(wan, float(deployment.in_region_one_way_ms))
         return cls(
             prefill_ms_per_token=beta_region[deployment.worker_region].astype(np.float64),
-            reload_ms_per_token=config.kv_bytes_per_token / config.pcie_bytes_per_s * 1e3,
+            reload_ms_per_token=costs.transfer_ms_per_token(
+                config.kv_bytes_per_token, config.pcie_bytes_per_s
+            ),
             decode_ms_per_token=config.decode_ms_per_token,
-            copy_ms_per_token=config.kv_bytes_per_token / config.intra_region_bytes_per_s * 1e3,
+            copy_ms_per_token=costs.transfer_ms_per_token(
+                config.kv_bytes_per_token, config.intra_region_bytes_per_s
+            ),
             vram_tokens=config.vram_tokens,
             dram_tokens=config.dram_tokens,
             wan_one_way_ms=wan,
@@ -78,8 +84,12 @@ class CostModel:
     def service_ms(self, worker: int, prompt_tokens: int, reused: int, dram_reused: int) -> float:
         """GPU time of one prefill: recompute what is not reused, reload what sat in DRAM."""
         return float(
-            self.prefill_ms_per_token[worker] * (prompt_tokens - reused)
-            + self.reload_ms_per_token * dram_reused
+            costs.prefill_ms(
+                float(self.prefill_ms_per_token[worker]),
+                prompt_tokens - reused,
+                self.reload_ms_per_token,
+                dram_reused,
+            )
         )
 
     def decode_ms(self, output_tokens: int) -> float:

@@ -15,12 +15,15 @@ JSON (``results_json``)::
      "<scheme>": {ttft_p50_ms, ttft_p99_ms, e2e_p99_ms, throughput_tok_s, peak_load_factor,
                   hit_rate, reused_tokens, recomputed_tokens, ...},   # at the first rate
      "runs": [{"rate": r, "knob": name|null, "value": v|null, "schemes": {"<scheme>": {...}}}]}
+
+Over several seeds (``results_json_seeds``) the document adds ``"seeds": [...]``, the scheme
+entries become means over seeds, and each run adds ``per_seed``, ``spread`` and ``ratios``.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from numpy.typing import NDArray
 from kvcompass.deployment import Deployment
 from kvcompass.errors import ConfigError
 from kvcompass.levels import Levels
+from sim import spread
 from sim.config import SimConfig
 from sim.engine.requests import Requests
 from sim.runner import RunResult, run_scheme
@@ -270,4 +274,58 @@ def results_json(
             n = sum(r.summary["requests"] for r in first.results.values())
             wall = sum(r.wall_s for r in first.results.values())
             doc["sim_requests_per_s"] = n / max(wall, 1e-9)
+    return doc
+
+
+def results_json_seeds(
+    by_seed: Mapping[int, Sequence[RunSet]],
+    *,
+    deployment: str,
+    workload: str,
+    n_requests: int,
+    config: SimConfig,
+    reference: str = "kvcompass",
+) -> dict[str, Any]:
+    """The results document over several seeds (``results_json``'s shape, plus the spreads).
+
+    Every seed's run sets must be in the same (rate, knob, value) order. Each run's
+    ``schemes`` (and the top-level per-scheme entries) hold the mean over seeds, field by
+    field; each run adds ``per_seed`` ({seed: {scheme: summary}}), ``spread`` ({scheme: {field:
+    {mean, min, max, n}}}) and ``ratios`` ({scheme: {field: {mean, min, max, n, verdict}}}:
+    scheme ÷ ``reference`` per seed, ``sim.spread``). One seed: its own figures, spreads of one.
+    """
+    seeds = list(by_seed)
+    if not seeds:
+        raise ConfigError("results over seeds: expected at least one seed")
+    first = by_seed[seeds[0]]
+    doc = results_json(
+        first,
+        deployment=deployment,
+        workload=workload,
+        n_requests=n_requests,
+        seed=seeds[0],
+        config=config,
+    )
+    doc["seeds"] = seeds
+    for k, run in enumerate(doc["runs"]):
+        per_seed = {s: {n: r.summary for n, r in by_seed[s][k].results.items()} for s in seeds}
+        rows = list(per_seed.values())
+        run["schemes"] = spread.mean_summaries(rows)
+        run["per_seed"] = {str(s): v for s, v in per_seed.items()}
+        run["spread"] = {
+            n: {f: sp.to_json() for f, sp in row.items()}
+            for n, row in spread.scheme_spread(rows).items()
+        }
+        ratios: dict[str, dict[str, dict[str, Any]]] = {}
+        for name in run["schemes"]:
+            if name == reference:
+                continue
+            ratios[name] = {}
+            for field, lower in spread.LOWER_IS_BETTER.items():
+                r = spread.ratio_spread(rows, name, field, reference)
+                ratios[name][field] = {**r.to_json(), "verdict": spread.verdict(r, lower)}
+        run["ratios"] = ratios
+    if doc["runs"]:
+        for name, mean in doc["runs"][0]["schemes"].items():
+            doc[name] = mean
     return doc

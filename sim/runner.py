@@ -27,7 +27,7 @@ from sim import schemes as registry
 from sim.cluster.workers import Cluster, Served
 from sim.config import SimConfig
 from sim.cost import CostModel
-from sim.engine.loads import RegionLoadPoll
+from sim.engine.loads import EngineReports, RegionLoadPoll
 from sim.engine.loop import PRIO_DELIVERY, PRIO_RESPONSE, PRIO_WORKER, EventLoop
 from sim.engine.requests import Requests
 from sim.metrics import Record, load_factor_matrix, summarize
@@ -163,8 +163,10 @@ class Run:
         )
         horizon = float(requests.arrival_ms[-1]) if requests.n else 0.0
         self._workers_of = [deployment.workers_of(r) for r in range(deployment.n_regions)]
+        self.reports = EngineReports(self.cost.prefill_ms_per_token, config.engine_chunk_tokens)
         self.loads = RegionLoadPoll(
-            self.cluster,
+            self.reports,
+            self.cost.prefill_ms_per_token,
             self._workers_of,
             float(deployment.in_region_one_way_ms),
             config.loads_poll_period_ms,
@@ -194,6 +196,8 @@ class Run:
         self.scheme: Scheme = cls(self.ctx)
         self._wants_events = cls.wants_cache_events
         self._wants_responses = cls.wants_responses
+        self._wants_served = cls.wants_served
+        self._hop = float(deployment.in_region_one_way_ms)
         self.rec = Record.empty(requests.n)
         self._region = deployment.worker_region.tolist()
         # Per-request inputs as Python lists: the per-event paths read scalars, and a numpy
@@ -253,6 +257,8 @@ class Run:
     def _on_arrive(self, at: float, i: int) -> None:
         w = int(self.rec.worker[i])
         served, batch = self.cluster.serve(i, w, at)
+        uncached = int(self.requests.prompt_len[i]) - served.reused_tokens
+        self.reports.admit(w, served.start_ms, served.finish_ms, uncached)
         self._record(i, w, at, served)
         if batch is not None or self._wants_responses:
             self.loop.schedule(served.finish_ms, self._on_finish, (i, w, batch), PRIO_DELIVERY)
@@ -301,9 +307,14 @@ class Run:
             queue_taken_ms=-np.inf if lost or reading is None else reading.taken_ms,
         )
         self.loop.schedule(max(resp.arrive_ms, at), self._on_response, resp, PRIO_RESPONSE)
+        if self._wants_served:  # the serving region's edge sees it first (in-region hop)
+            self.loop.schedule(at + self._hop, self._on_served, resp, PRIO_RESPONSE)
 
     def _on_response(self, at: float, resp: Response) -> None:
         self.scheme.on_response(resp)
+
+    def _on_served(self, at: float, resp: Response) -> None:
+        self.scheme.on_served(resp)
 
     # -- migrations ------------------------------------------------------------------------------
     def _migrate(self, mig: Migration, now: float) -> None:
@@ -322,6 +333,7 @@ class Run:
         gpu, done, batch = self.cluster.migrate(mig.req, mig.tokens, mig.dest, at, recompute)
         if gpu > 0:
             self._mig.append((mig.dest, at, gpu))
+            self.reports.admit_recompute(mig.dest, done - gpu, done, gpu)
         self.loop.schedule(done, self._migration_done, mig, PRIO_DELIVERY)
         if batch is not None and self._wants_events:
             self.loop.schedule(done, self._deliver_batch, batch, PRIO_DELIVERY)

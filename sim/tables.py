@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sim import spread
+
 REFERENCE = "kvcompass"
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -29,6 +31,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 """(summary field, header, kind) of the value columns, in order."""
 
 RATIO_HEADERS = ("P99 TTFT ÷ KVCompass", "throughput ÷ KVCompass")
+VERDICT_HEADERS = ("P99 verdict", "throughput verdict")
+"""KVCompass's verdict against the row's scheme per ratio (``sim.spread.verdict``)."""
 
 THROUGHPUT_SLACK = 0.02
 """Issue 14's throughput tolerance: within 2% of the best other scheme counts as highest."""
@@ -70,19 +74,72 @@ def comparison(
 
     ``columns``: (summary field, header, kind) of the value columns; the simulator's by default,
     the demo passes its own (``e2e.report.COLUMNS``: no simulator-only field)."""
-    ref = summaries.get(reference)
+    return comparison_seeds([summaries], reference, columns, verdicts=False)
+
+
+def comparison_seeds(
+    per_seed: Sequence[Mapping[str, Mapping[str, float]]],
+    reference: str = REFERENCE,
+    columns: Sequence[tuple[str, str, str]] = COLUMNS,
+    *,
+    verdicts: bool = True,
+) -> Comparison:
+    """``comparison`` over several seeds: each cell "mean (min–max)" (one seed, or no spread:
+    the value alone), each ratio computed per seed then spread (``sim.spread``), and with
+    ``verdicts`` one column per ratio saying "win", "loss" or "within spread"."""
+    sp = spread.scheme_spread(per_seed)
     headers = ["scheme", *(h for _, h, _ in columns), *RATIO_HEADERS]
+    if verdicts:
+        headers += list(VERDICT_HEADERS)
+    has_ref = any(reference in s for s in per_seed)
     rows: list[list[str]] = []
     ideal: list[list[str]] = []
-    for name, s in summaries.items():
-        cells = [name, *(fmt(float(s.get(f, math.nan)), kind) for f, _, kind in columns)]
-        p99 = tput = math.nan
-        if ref is not None:
-            p99 = _ratio(s.get("ttft_p99_ms"), ref.get("ttft_p99_ms"))
-            tput = _ratio(s.get("throughput_tok_s"), ref.get("throughput_tok_s"))
-        cells += [fmt(p99, "ratio"), fmt(tput, "ratio")]
+    for name, row in sp.items():
+        nan = spread.Spread.of(())
+        cells = [name, *(fmt_spread(row.get(f, nan), kind) for f, _, kind in columns)]
+        ratios = [
+            spread.ratio_spread(per_seed, name, f, reference) if has_ref else nan
+            for f in spread.LOWER_IS_BETTER
+        ]
+        cells += [fmt_spread(r, "ratio") for r in ratios]
+        if verdicts:
+            cells += [
+                "" if name == reference else spread.verdict(r, lower)
+                for r, lower in zip(ratios, spread.LOWER_IS_BETTER.values(), strict=True)
+            ]
         (ideal if is_ideal(name) else rows).append(cells)
     return Comparison(headers, rows, ideal)
+
+
+def fmt_spread(sp: spread.Spread, kind: str) -> str:
+    """A spread as "mean (min–max)", or the mean alone when there is no spread to state."""
+    if sp.n <= 1 or sp.lo == sp.hi:
+        return fmt(sp.mean, kind)
+    if kind == "ratio":
+        return f"{fmt(sp.mean, kind)} ({sp.lo:,.2f}–{sp.hi:,.2f})"
+    return f"{fmt(sp.mean, kind)} ({fmt(sp.lo, kind)}–{fmt(sp.hi, kind)})"
+
+
+def verdict_seeds(
+    per_seed: Sequence[Mapping[str, Mapping[str, float]]], reference: str = REFERENCE
+) -> str:
+    """Over several seeds: the reference against the best other non-ideal scheme on P99 TTFT
+    and on throughput, each ratio's mean (min–max) and its verdict (``sim.spread.verdict``)."""
+    if not any(reference in s for s in per_seed):
+        return ""
+    parts: list[str] = []
+    for field, label in (("ttft_p99_ms", "P99 TTFT"), ("throughput_tok_s", "throughput")):
+        best = spread.best_other(
+            list(per_seed), field, reference, skip=[n for s in per_seed for n in s if is_ideal(n)]
+        )
+        if best is None:
+            continue
+        r = spread.ratio_spread(per_seed, best, field, reference)
+        word = spread.verdict(r, spread.LOWER_IS_BETTER[field])
+        parts.append(f"{label} vs best other {best}: {fmt_spread(r, 'ratio')} ours, {word}")
+    if not parts:
+        return ""
+    return f"{reference} over {len(per_seed)} seed(s): " + "; ".join(parts)
 
 
 def verdict(summaries: Mapping[str, Mapping[str, float]], reference: str = REFERENCE) -> str:
@@ -147,7 +204,8 @@ def _ratio(a: float | None, b: float | None) -> float:
 
 def results_markdown(doc: Mapping[str, object]) -> str:
     """Every run set of a results document (``sim.experiment.results_json``) as Markdown: a
-    heading per rate (and knob value), the comparison table, the verdict line."""
+    heading per rate (and knob value), the comparison table, the verdict line (over several
+    seeds: the spreads, the verdict columns and ``verdict_seeds``)."""
     runs = doc.get("runs")
     out: list[str] = []
     for run in runs if isinstance(runs, list) else []:
@@ -155,8 +213,13 @@ def results_markdown(doc: Mapping[str, object]) -> str:
         if run.get("knob"):
             title += f", {run['knob']}={float(run['value']):g}"
         summaries = run["schemes"]
-        out += [f"#### {doc.get('workload', '')} — {title}", "", markdown(comparison(summaries))]
-        line = verdict(summaries)
+        per_seed = list((run.get("per_seed") or {}).values())
+        if len(per_seed) > 1:  # several seeds: spreads and the spread verdicts
+            title += f", {len(per_seed)} seeds"
+            table, line = comparison_seeds(per_seed), verdict_seeds(per_seed)
+        else:
+            table, line = comparison(summaries), verdict(summaries)
+        out += [f"#### {doc.get('workload', '')} — {title}", "", markdown(table)]
         if line:
             out += ["", line]
         out.append("")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from kvcompass import costs
 from kvcompass.types import Tier
 from sim.cluster import kernels as k
 from sim.cluster.store import CacheStore
@@ -93,7 +94,7 @@ class Cluster:
         prompt = self._prompt[req]
         reused = min(m * c, prompt - 1) if m else 0
         dram = min(m_dram * c, reused)
-        service = self._beta[worker] * (prompt - reused) + self._gamma * dram
+        service = float(costs.prefill_ms(self._beta[worker], prompt - reused, self._gamma, dram))
         start = max(float(self.free_at[worker]), arrive_ms)
         finish = start + service
         self.free_at[worker] = finish
@@ -117,7 +118,9 @@ class Cluster:
         gpu = 0.0
         done = at_ms
         if recompute:
-            gpu = self._beta[worker] * (n - held) * self.chunk_tokens
+            gpu = float(
+                costs.prefill_ms(self._beta[worker], (n - held) * self.chunk_tokens, 0.0, 0)
+            )
             done = max(float(self.free_at[worker]), at_ms) + gpu
             self.free_at[worker] = done
         batch = self._batch(worker, done, n_changes, Tier.DRAM) if self.emit_events else None

@@ -13,7 +13,9 @@ a scheme receives exposes only the channels a real deployment of its design woul
   scheme carries the events to wherever its design keeps them over ``ctx.network`` (one-way WAN
   at least) before any decision may use them.
 * **Queues of the edge's own region**: ``ctx.loads``, the periodic load poll of a real edge
-  (``edge/loads.py``: every ``loads_poll_period_ms``, answers one in-region round trip later).
+  (``edge/loads.py``: every ``loads_poll_period_ms``, answers one in-region round trip later),
+  each reading the ``load_report`` estimate of SGLang's ``/v1/loads`` fields
+  (``sim.engine.loads``), and what the scheme's own edges dispatched (a booking edge's).
 * **Remote queues**: only what the scheme itself ships over ``ctx.network`` (vectors built from
   the poll readings of the sending region) or finds in ``Response.queue_ms`` (the serving
   region's last poll reading, piggybacked).
@@ -90,9 +92,11 @@ class Migration:
 class Response:
     """What the edge of ``origin`` learns when the first token of request ``req`` comes back.
 
-    ``queue_ms`` is the serving region's per-worker backlog (ms of queued prefill) as that region's
-    edge last polled it (``LoadPoll.last``) when the response left, indexed like
-    ``region_workers`` (the piggybacked vector; empty when lost, or before the first poll).
+    ``queue_ms`` is the serving region's per-worker queue estimate (``load_report`` of the
+    engines' ``/v1/loads``) as that region's edge last polled it (``LoadPoll.last``) when the
+    response left, indexed like ``region_workers`` (the piggybacked vector; empty when lost, or
+    before the first poll). A scheme whose edges build their own vectors (KVCompass) reads only
+    whether it was lost.
     """
 
     req: int
@@ -374,6 +378,8 @@ class Scheme(ABC):
     """The batches carry index keys (``stored``/``removed``...), not only the raw change list."""
     wants_responses: ClassVar[bool] = False
     """``on_response`` is called (with the piggybacked vector)."""
+    wants_served: ClassVar[bool] = False
+    """``on_served`` is called (the first token at the serving region's edge)."""
 
     def __init__(self, ctx: SchemeContext) -> None:
         self.ctx = ctx
@@ -392,6 +398,12 @@ class Scheme(ABC):
 
     def on_response(self, resp: Response) -> None:
         """The response of a request this scheme routed reached its edge."""
+        return None  # default: the scheme does not listen
+
+    def on_served(self, resp: Response) -> None:
+        """The first token of a request this scheme routed reached the edge of the serving
+        region (one in-region hop after the prefill ended, before ``on_response`` at the origin;
+        the same ``Response``). Called only for schemes with ``wants_served``."""
         return None  # default: the scheme does not listen
 
     def migrations(self) -> list[Migration]:

@@ -27,12 +27,14 @@ What we model (its best configuration):
   the predicted prefill work ``β·(L − m)`` of each forward stays on its worker until a report
   taken after the forward's arrival at the worker includes it. This is what stops a burst from
   piling onto the one worker that looked idle in the last report.
-* Choice: the same joint score KVCompass uses (paper §3.4), belief 1::
+* Choice: the same joint score KVCompass uses (paper §3.4), called from the core
+  (``kvcompass.router.score.score_workers``), belief 1::
 
       score(r) = RTT(o, r) + Tq(r) + (1 + λ)·β_r·(L − m_r),   λ = min(λ_max, min_r Tq(r) / τ)
 
   with τ and λ_max from ``kvcompass.router.RouterConfig`` (the paper's values), so the only
-  differences from KVCompass are where the state lives and how it travels.
+  differences from KVCompass are where the state lives and how it travels. Its forwards are
+  counted in the core's ``ForwardLedger``, the one every booking component uses.
 
 ``central_directory_ideal`` (``sim.schemes.central_directory_ideal``) is the same directory with
 exact live cache and queue state: a reference, never counted as a win. Owns the directory
@@ -47,7 +49,10 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from kvcompass import costs
+from kvcompass.router import score as sc
 from kvcompass.router.config import RouterConfig
+from kvcompass.router.forwards import ForwardLedger
 from sim.schemes._holders import HolderHistory, bits_of
 from sim.schemes.base import CacheEventBatch, LoadReading, Route, Scheme, SchemeContext
 
@@ -76,22 +81,44 @@ class DirectoryPlacement:
         self.rtt_to = [2.0 * wan[o][self.worker_region] for o in range(n_regions)]
         self.forward_ms = [self.one_way[o][self.worker_region] for o in range(n_regions)]
         self.beta = np.asarray(ctx.cost.prefill_ms_per_token, dtype=np.float64)
+        self.gamma = float(ctx.cost.reload_ms_per_token)
         cfg = RouterConfig()
         self.tau = cfg.resolve_tau_ms(float(np.median(self.beta)))
         self.lambda_max = float(cfg.lambda_max)
+        # The core's joint score (``kvcompass.router.score``), belief 1, no herding term: the
+        # directory's queue estimate already holds its in-flight work.
+        self._state = np.zeros((sc.N_STATE_ROWS, self.worker_region.shape[0]), np.float64)
+        self._state[sc.ROW_BETA] = self.beta
+        self._state[sc.ROW_BELIEF] = 1.0
+        self._params = np.zeros(sc.N_PARAMS, np.float64)
+        self._params[[sc.P_GAMMA, sc.P_TAU, sc.P_LAMBDA_MAX]] = (
+            self.gamma,
+            self.tau,
+            self.lambda_max,
+        )
+        self._params[[sc.P_LOAD, sc.P_XREGION]] = 1.0
 
     def choose(
         self,
         origin: int,
         prompt: int,
-        matched: NDArray[np.float64],
+        matched: NDArray[np.int64],
+        tiers: NDArray[np.uint8],
         tq: NDArray[np.float64],
-        reload_ms: NDArray[np.float64] | float = 0.0,
+        tier_aware: bool = False,
     ) -> tuple[int, float]:
-        """(worker, λ) of the joint score over every worker."""
-        lam = min(self.lambda_max, float(tq.min()) / self.tau)
-        score = self.rtt_to[origin] + tq + (1.0 + lam) * self.beta * (prompt - matched)
-        return int(np.argmin(score + reload_ms)), lam
+        """(worker, λ) of the joint score over every worker (``score.score_workers``);
+        ``tier_aware``: charge the DRAM reload γ·m of a DRAM-tier match."""
+        state = self._state
+        state[sc.ROW_QUEUE] = tq
+        state[sc.ROW_WAN] = self.rtt_to[origin]
+        self._params[sc.P_TIER] = float(tier_aware)
+        _, lam, winner = sc.score_workers(prompt, matched, tiers, state, self._params)
+        return winner, lam
+
+    def work_ms(self, worker: int, prompt: int, matched: int, reloaded: int = 0) -> float:
+        """Predicted prefill of ``prompt`` at ``worker`` holding ``matched`` (``costs``)."""
+        return float(costs.prefill_ms(self.beta[worker], prompt - matched, self.gamma, reloaded))
 
 
 class CentralDirectory(Scheme):
@@ -120,11 +147,8 @@ class CentralDirectory(Scheme):
         # Queue reports per region, in arrival order at the directory.
         self._reports: list[list[LoadReading]] = [[] for _ in range(n_regions)]
         self._arrived: list[list[float]] = [[] for _ in range(n_regions)]
-        # This directory's forwards still possibly unreported: arrival at the worker, worker, work.
-        self._f_at = np.zeros(0, dtype=np.float64)
-        self._f_w = np.zeros(0, dtype=np.int64)
-        self._f_work = np.zeros(0, dtype=np.float64)
-        self._buf: list[tuple[float, int, float]] = []
+        # This directory's forwards still possibly unreported (the core's ledger).
+        self.ledger = ForwardLedger(self.n_workers)
         self.n_lookups = 0
 
     # -- channels ---------------------------------------------------------------------------
@@ -162,24 +186,11 @@ class CentralDirectory(Scheme):
             rep = self._reports[r][k]
             tq[rep.workers] = np.maximum(rep.queue_ms - (t_d - rep.taken_ms), 0.0)
             taken[rep.workers] = rep.taken_ms
-        self._flush()
-        if self._f_at.size:
-            keep = self._f_at > t_d - self.horizon_ms
-            if not keep.all():
-                self._f_at, self._f_w, self._f_work = (
-                    self._f_at[keep], self._f_w[keep], self._f_work[keep],
-                )  # fmt: skip
-            unrep = self._f_at > taken[self._f_w]
-            tq += np.bincount(self._f_w[unrep], self._f_work[unrep], minlength=self.n_workers)
+        ledger = self.ledger
+        if len(ledger):
+            ledger.forget_landed(t_d - self.horizon_ms)
+            tq += ledger.pending_after(taken)
         return tq
-
-    def _flush(self) -> None:
-        if self._buf:
-            at, w, work = zip(*self._buf, strict=True)
-            self._f_at = np.concatenate([self._f_at, np.asarray(at, dtype=np.float64)])
-            self._f_w = np.concatenate([self._f_w, np.asarray(w, dtype=np.int64)])
-            self._f_work = np.concatenate([self._f_work, np.asarray(work, dtype=np.float64)])
-            self._buf.clear()
 
     def _matched(self, req: int, t_d: float) -> NDArray[np.int64]:
         depth = self._depth
@@ -197,10 +208,12 @@ class CentralDirectory(Scheme):
         t_d = now_ms + float(self.to_dir[origin])
         matched = self._matched(req, t_d)
         tq = self._queues(t_d)
-        w, lam = self.place.choose(origin, prompt, matched.astype(np.float64), tq)
+        # Events carry no tier the directory keeps: a held prefix is scored as VRAM.
+        tiers = (matched > 0).astype(np.uint8)
+        w, lam = self.place.choose(origin, prompt, matched, tiers, tq)
         lookup = self.place.lookup[origin]
         arrive = now_ms + lookup + float(self.place.forward_ms[origin][w])
-        self._buf.append((arrive, w, float(self.place.beta[w] * (prompt - int(matched[w])))))
+        self.ledger.add(w, arrive, self.place.work_ms(w, prompt, int(matched[w])))
         self.n_lookups += 1
         return Route(
             worker=w,

@@ -12,11 +12,9 @@ only for ``*_ideal`` references, ``sim.schemes.base``).
 
 from __future__ import annotations
 
-import heapq
 from typing import ClassVar
 
-import numpy as np
-
+from kvcompass.router.forwards import ForwardLedger
 from kvcompass.types import Tier
 from sim.schemes.base import InformationError, Route, Scheme, SchemeContext
 from sim.schemes.central_directory import DirectoryPlacement
@@ -32,9 +30,7 @@ class CentralDirectoryIdeal(Scheme):
     def __init__(self, ctx: SchemeContext) -> None:
         super().__init__(ctx)
         self.place = DirectoryPlacement(ctx)
-        self.gamma = float(ctx.cost.reload_ms_per_token)
-        self.pending = np.zeros(int(ctx.cluster.n_workers), dtype=np.float64)
-        self._inflight: list[tuple[float, int, float]] = []
+        self.ledger = ForwardLedger(int(ctx.cluster.n_workers))
         self.n_lookups = 0
         if ctx.exact_cache is None or ctx.exact_queues is None:
             raise InformationError(f"{self.name}: the engine gave no exact state")
@@ -44,20 +40,17 @@ class CentralDirectoryIdeal(Scheme):
         rq = self.ctx.requests
         origin = int(rq.origin[req])
         prompt = int(rq.prompt_len[req])
-        inflight, pending = self._inflight, self.pending
-        while inflight and inflight[0][0] <= now_ms:
-            _, w_done, done = heapq.heappop(inflight)
-            pending[w_done] -= done
+        # Work it sent that has not reached its worker is in no backlog yet (the core's ledger).
+        ledger = self.ledger
+        ledger.forget_landed(now_ms)
         matched, tiers = self._cache.match_all(req)
-        m = matched.astype(np.float64)
-        reload = self.gamma * m * (tiers == Tier.DRAM)
-        tq = self._queues.backlog_ms(now_ms) + np.maximum(pending, 0.0)
-        w, lam = self.place.choose(origin, prompt, m, tq, reload)
-        work = float(self.place.beta[w] * (prompt - m[w]) + reload[w])
+        tq = self._queues.backlog_ms(now_ms) + ledger.pending_after(now_ms)
+        w, lam = self.place.choose(origin, prompt, matched, tiers, tq, tier_aware=True)
+        m = int(matched[w])
+        work = self.place.work_ms(w, prompt, m, m if tiers[w] == Tier.DRAM else 0)
         lookup = self.place.lookup[origin]
         arrive = now_ms + lookup + float(self.place.forward_ms[origin][w])
-        pending[w] += work
-        heapq.heappush(inflight, (arrive, w, work))
+        ledger.add(w, arrive, work)
         self.n_lookups += 1
         return Route(
             worker=w,

@@ -10,10 +10,10 @@ KV cache is placed (placement equals identity, §2.3).
 What we model (placement rule shared with ``sim.schemes.consistent_hash.HashPlacement``):
 
 * Overlay: every worker of every region runs ceil(log2 N) virtual Chord nodes (the Chord paper's
-  remedy for uneven key ranges, §6) with 64-bit ids ``mix64(w·V + k, seed)``; finger tables are
+  remedy for uneven key ranges, §6) with 64-bit ids ``splitmix64(w·V + k, seed)``; finger tables are
   exact (a converged ring, no churn: the best case for Chord). A hop between two virtual nodes
   of the same worker is free. A level key's
-  DHT id is ``mix64(key, seed_j)`` (one id space, six independent key families).
+  DHT id is ``splitmix64(key, seed_j)`` (one id space, six independent key families).
 * Lookup: the edge hands each level's lookup to a Chord node of its own region (round robin over
   the region's workers), which routes recursively along closest-preceding fingers to the node
   whose successor owns the key; that node forwards to the owner, and the owner replies to the
@@ -37,7 +37,7 @@ from bisect import bisect_left
 from itertools import pairwise
 from typing import ClassVar
 
-from kvcompass.mix import mix64
+from kvcompass.mix import splitmix64
 from kvcompass.ring import HashRing
 from sim.schemes.base import SchemeContext
 from sim.schemes.consistent_hash import HashPlacement
@@ -125,7 +125,7 @@ class Chord(HashPlacement):
         for j, (_, key) in enumerate(owners):
             start = nodes[self._rr[origin] % len(nodes)]
             self._rr[origin] += 1
-            hops = self.path(start, mix64(key, self.seeds[j]))
+            hops = self.path(start, splitmix64(key, self.seeds[j]))
             t = ow[origin][region[worker[hops[0]]]]
             for a, b in pairwise(hops):
                 if worker[a] != worker[b]:  # virtual nodes of one worker talk locally
@@ -138,7 +138,7 @@ class Chord(HashPlacement):
 
     def owner(self, level: int, key: int) -> int:
         """The Chord successor of the level key's DHT id (the node a lookup ends at)."""
-        return self.node_worker[self._successor(mix64(key, self.seeds[level]))]
+        return self.node_worker[self._successor(splitmix64(key, self.seeds[level]))]
 
     def finish(self) -> dict[str, float]:
         out = super().finish()

@@ -13,7 +13,8 @@ What we model (``HashPlacement``, shared with ``sim.schemes.chord``):
   cache's chunk grid, doubled: 128 ... 4096 for 16-token chunks, 512 ... 16384 for a trace's
   512-token blocks (a level shorter than a chunk can never be held, so with the deployment's
   fixed 128/256 levels two of six rings could never hit). Ring j's key is the level-j prefix's
-  identity, its prefix-unique chunk id (``requests.nodes_of``), placed at ``mix64(key, seed_j)``.
+  identity, its prefix-unique chunk id (``requests.nodes_of``), placed at
+  ``splitmix64(key, seed_j)``.
 * Ring: ``kvcompass.ring.LevelRings``, shared with the edge's ``consistent_hash`` policy: every
   worker of every region gets 100 virtual nodes per ring, the usual count for a ±10% share per
   worker; the owner is the first virtual node clockwise of the key. Rings span all regions: a
@@ -83,7 +84,7 @@ class HashPlacement(Scheme):
         max_delay = max(max(row) for row in self.one_way)
         horizon = 0.0 if self.LIVE_PRESENCE else 2.0 * max_delay + 1.0
         self.holders = HolderHistory(cluster.worker_region, horizon)
-        self.in_flight = np.zeros(self.n_workers, dtype=np.int64)
+        self.open_requests = np.zeros(self.n_workers, dtype=np.int64)
         self.n_hits = 0
         self.n_routed = 0
 
@@ -95,8 +96,8 @@ class HashPlacement(Scheme):
         self.holders.apply(batch)
 
     def on_response(self, resp: Response) -> None:
-        if self.in_flight[resp.worker] > 0:
-            self.in_flight[resp.worker] -= 1
+        if self.open_requests[resp.worker] > 0:
+            self.open_requests[resp.worker] -= 1
 
     def presence_cutoff(self, origin: int, now_ms: float) -> NDArray[np.float64] | None:
         """Per holder region, the time up to which this edge knows the owners' caches."""
@@ -111,7 +112,7 @@ class HashPlacement(Scheme):
     def _local(self, origin: int) -> int:
         """A prompt with no ring key: the region's worker this edge has least in flight at."""
         local = self.region_workers[origin]
-        load = self.in_flight[local]
+        load = self.open_requests[local]
         least = local[load == load.min()]
         return int(least[self.ctx.rng.integers(least.size)])
 
@@ -128,13 +129,13 @@ class HashPlacement(Scheme):
         ]
         if not owners:
             w = self._local(origin)
-            self.in_flight[w] += 1
+            self.open_requests[w] += 1
             return Route(worker=w)
         lookup = self.lookup_ms(req, origin, owners)
         cutoff = self.presence_cutoff(origin, now_ms)
         held = [bool(self.holders.mask(key, cutoff) >> w & 1) for w, key in owners]
         w, level = place([o for o, _ in owners], held)
-        self.in_flight[w] += 1
+        self.open_requests[w] += 1
         if level < 0:
             return Route(worker=w, lookup_ms=lookup, extra={"level": -1.0})
         self.n_hits += 1

@@ -4,19 +4,20 @@ The load-balance lower bound of Fig. 14: it reads every worker's exact backlog l
 staleness, no discovery cost) and sends the request where it will wait least once it gets there.
 Being omniscient it also counts the work it has itself sent that is still crossing the WAN
 (requests in flight are not in any worker's queue yet; without them the Oracle would herd onto
-one idle remote worker for a whole WAN delay). That in-flight work is charged at the full
-prefill ``β·L`` (the Oracle ignores reuse on purpose: it is the bound on balance, not on reuse).
-Ties — typically many idle workers at low load — go to the nearest worker, so the Oracle does
-not pay WAN for nothing.
+one idle remote worker for a whole WAN delay), in the core's ``ForwardLedger``. That in-flight
+work is charged at the full prefill ``β·L`` (the Oracle ignores reuse on purpose: it is the
+bound on balance, not on reuse). Ties — typically many idle workers at low load — go to the
+nearest worker, so the Oracle does not pay WAN for nothing.
 """
 
 from __future__ import annotations
 
-import heapq
 from typing import ClassVar
 
 import numpy as np
 
+from kvcompass import costs
+from kvcompass.router.forwards import ForwardLedger
 from sim.schemes.base import InformationError, Route, Scheme, SchemeContext
 
 
@@ -35,23 +36,20 @@ class Oracle(Scheme):
         self._origin = ctx.requests.origin.tolist()
         self._prompt = ctx.requests.prompt_len.tolist()
         self._beta = ctx.cost.prefill_ms_per_token.tolist()
-        self._inflight = np.zeros(ctx.cluster.n_workers, dtype=np.float64)
-        self._arrivals: list[tuple[float, int, float]] = []
+        self._ledger = ForwardLedger(ctx.cluster.n_workers)
         if ctx.exact_queues is None:
             raise InformationError("oracle: the engine gave no exact queues")
         self._queues = ctx.exact_queues
 
     def route(self, req: int, now_ms: float) -> Route:
-        arrivals, inflight = self._arrivals, self._inflight
-        while arrivals and arrivals[0][0] <= now_ms:
-            _, w_done, ms = heapq.heappop(arrivals)
-            inflight[w_done] -= ms
+        ledger = self._ledger
+        ledger.forget_landed(now_ms)
         o = self._origin[req]
         ow = self._one_way[o]
+        inflight = ledger.pending_after(now_ms)
         wait = np.maximum(self._queues.backlog_ms(now_ms) + inflight - ow, 0.0)
         # lexicographic (wait, WAN): WAN is < 1e3 ms, so scale it below any real wait difference
         w = int(np.argmin(wait + ow * 1e-9))
-        ms = self._beta[w] * self._prompt[req]
-        inflight[w] += ms
-        heapq.heappush(arrivals, (now_ms + float(ow[w]), w, ms))
+        ms = costs.prefill_ms(self._beta[w], self._prompt[req], 0.0, 0.0)  # reuse ignored
+        ledger.add(w, now_ms + float(ow[w]), ms)
         return Route(worker=w)

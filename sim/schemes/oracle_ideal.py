@@ -17,11 +17,12 @@ references only, ``sim.schemes.base``).
 
 from __future__ import annotations
 
-import heapq
 from typing import ClassVar
 
 import numpy as np
 
+from kvcompass import costs
+from kvcompass.router.forwards import ForwardLedger
 from sim.schemes.base import InformationError, Route, Scheme, SchemeContext
 
 
@@ -40,29 +41,26 @@ class OracleIdeal(Scheme):
         self._back = np.ascontiguousarray(wan[region, :].T)  # worker w -> edge of o
         self._beta = np.asarray(ctx.cost.prefill_ms_per_token, dtype=np.float64)
         self._gamma = float(ctx.cost.reload_ms_per_token)
-        self._inflight = np.zeros(int(ctx.cluster.n_workers), dtype=np.float64)
-        self._arrivals: list[tuple[float, int, float]] = []
+        self._ledger = ForwardLedger(int(ctx.cluster.n_workers))
         if ctx.exact_cache is None or ctx.exact_queues is None:
             raise InformationError(f"{self.name}: the engine gave no exact state")
         self._cache, self._queues = ctx.exact_cache, ctx.exact_queues
 
     def route(self, req: int, now_ms: float) -> Route:
-        arrivals, inflight = self._arrivals, self._inflight
-        while arrivals and arrivals[0][0] <= now_ms:
-            _, w_done, done = heapq.heappop(arrivals)
-            inflight[w_done] -= done
+        ledger = self._ledger
+        ledger.forget_landed(now_ms)
+        inflight = ledger.pending_after(now_ms)
         rq = self.ctx.requests
         o = int(rq.origin[req])
         prompt = int(rq.prompt_len[req])
         matched, tiers = self._cache.match_all(req)
         m = matched.astype(np.float64)
         out = self._out[o]
-        work = self._beta * (prompt - m) + self._gamma * m * (tiers == 2)
+        work = costs.prefill_ms(self._beta, prompt - m, self._gamma, m * (tiers == 2))
         wait = np.maximum(self._queues.backlog_ms(now_ms) + inflight - out, 0.0)
         ttft = out + wait + work + self._back[o]
         w = int(np.argmin(ttft))
-        inflight[w] += float(work[w])
-        heapq.heappush(arrivals, (now_ms + float(out[w]), w, float(work[w])))
+        ledger.add(w, now_ms + float(out[w]), float(work[w]))
         return Route(
             worker=w,
             claimed_tokens=int(matched[w]),

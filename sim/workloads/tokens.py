@@ -7,10 +7,10 @@ mapping is a pure function of ``(X, j, seed)``.
 
 Mapping (the "wire format" of a synthetic prompt)::
 
-    s      = mix64(uint64(X) XOR seed)                  # one stream per block id
-    tok(j) = mix64(s + (j + 1) * 0x9E3779B97F4A7C15) mod VOCAB_SIZE      (j = 0 .. block_tokens-1)
+    s      = finalize(uint64(X) XOR seed)                  # one stream per block id
+    tok(j) = finalize(s + (j + 1) * 0x9E3779B97F4A7C15) mod VOCAB_SIZE   (j = 0 .. block_tokens-1)
 
-``mix64`` is the SplitMix64 finaliser (``kvcompass.mix.finalize``: Steele, Lea, Flood 2014;
+``finalize`` is the SplitMix64 finaliser (``kvcompass.mix.finalize``: Steele, Lea, Flood 2014;
 the constants of Java's ``SplittableRandom``), so ``tok`` is the j-th SplitMix64 output of a
 generator seeded by the block. ``VOCAB_SIZE = 128256`` is the Llama-3 / Llama-3.1 tokenizer
 vocabulary (the paper serves Llama-3.1-8B-Instruct), so token ids lie in ``[0, 128256)`` and

@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 
 from kvcompass.deployment import Deployment, Region
 from kvcompass.levels import Levels
-from kvcompass.mix import mix64
+from kvcompass.mix import splitmix64
 from kvcompass.router import RouterConfig
 from sim.config import SimConfig
 from sim.cost import CostModel
@@ -33,7 +33,7 @@ _NO_NODES = np.zeros(0, dtype=np.int64)
 
 
 class FakeRequests:
-    """Prompts given as chunk labels; chunk ids are prefix-unique (a chain of mix64)."""
+    """Prompts given as chunk labels; chunk ids are prefix-unique (a chain of splitmix64)."""
 
     def __init__(self, levels: Levels) -> None:
         self.lengths = np.unique(levels.matrix).astype(np.int64)
@@ -45,7 +45,7 @@ class FakeRequests:
     def add(self, labels: list[int], origin: int, arrival_ms: float = 0.0, output: int = 1) -> int:
         ids, h = [], 17
         for lab in labels:
-            h = mix64(h, lab + 1) >> 1
+            h = splitmix64(h, lab + 1) >> 1
             ids.append(h)
         self._nodes.append(np.array(ids, dtype=np.int64))
         self._origin.append(origin)
@@ -79,7 +79,7 @@ class FakeRequests:
     def keys_of(self, i: int) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
         nodes = self._nodes[i]
         lens = self.lengths[self.lengths <= len(nodes) * CHUNK]
-        keys = [mix64(int(nodes[-(-int(n) // CHUNK) - 1]), int(n)) >> 1 for n in lens]
+        keys = [splitmix64(int(nodes[-(-int(n) // CHUNK) - 1]), int(n)) >> 1 for n in lens]
         return lens, np.array(keys, dtype=np.uint64)
 
     def query_of(self, i: int, origin: int) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
@@ -112,8 +112,9 @@ class FakeRequests:
 class FakeCluster:
     """Holdings and backlogs set by the test (what a strong directory would read)."""
 
-    def __init__(self, dep: Deployment, requests: FakeRequests) -> None:
+    def __init__(self, dep: Deployment, requests: FakeRequests, beta: NDArray[np.float64]) -> None:
         self.n_workers = dep.n_workers
+        self.beta = beta
         self.worker_region = dep.worker_region
         self.chunk_tokens = CHUNK
         self.backlog = np.zeros(dep.n_workers)
@@ -122,6 +123,11 @@ class FakeCluster:
 
     def backlog_ms(self, now_ms: float) -> NDArray[np.float64]:
         return self.backlog.copy()
+
+    def report(self, worker: int, t: float) -> dict[str, float]:
+        """A ``/v1/loads`` entry whose estimate (at the region's β) is ``backlog[worker]``."""
+        beta = float(self.beta[worker])
+        return {"num_waiting_uncached_tokens": float(self.backlog[worker]) / beta}
 
     def match_all(self, req: int) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
         nodes = self.requests.nodes_of(req).tolist()
@@ -148,7 +154,7 @@ class FakeContext:
         self.router_config: RouterConfig | None = None
         self.cost = CostModel.build(dep, self.config)
         self.requests = FakeRequests(self.levels)
-        self.cluster = FakeCluster(dep, self.requests)
+        self.cluster = FakeCluster(dep, self.requests, self.cost.prefill_ms_per_token)
         self.loop = EventLoop()
         self.network = WanNetwork(
             self.cost.wan_one_way_ms, self.config, self.loop, np.random.default_rng(3)
@@ -156,6 +162,7 @@ class FakeContext:
         workers_of = [dep.workers_of(r) for r in range(dep.n_regions)]
         self.loads = RegionLoadPoll(
             self.cluster,
+            self.cost.prefill_ms_per_token,
             workers_of,
             float(dep.in_region_one_way_ms),
             self.config.loads_poll_period_ms,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvcompass.deployment import builtin_deployment
-from kvcompass.mix import mix64
+from kvcompass.mix import splitmix64
 from sim.schemes._holders import HolderHistory
 from sim.schemes.base import HELD, CacheEventBatch
 from sim.schemes.central_directory_ideal import CentralDirectoryIdeal as CentralDirectory
@@ -86,7 +86,7 @@ def test_chord_lookup_latency__sum_of_hop_latencies_grows_with_wan() -> None:
         nodes = chord2.region_nodes[1]
         for j, depth in enumerate(chord2.level_depth):
             key = int(chunks[depth])
-            hops = chord2.path(nodes[j % len(nodes)], mix64(key, chord2.seeds[j]))
+            hops = chord2.path(nodes[j % len(nodes)], splitmix64(key, chord2.seeds[j]))
             regions = [chord2.worker_region[chord2.node_worker[h]] for h in hops]
             t = ctx2.network.one_way_ms(1, regions[0])
             for a, b, ra, rb in zip(hops, hops[1:], regions, regions[1:], strict=False):
@@ -105,7 +105,7 @@ def test_chord_path__reaches_the_successor_in_log_hops() -> None:
     n = len(chord.ids)
     hops = []
     for k in range(200):
-        ident = mix64(k, 99)
+        ident = splitmix64(k, 99)
         path = chord.path(k % n, ident)
         assert path[-1] == chord._successor(ident)
         hops.append(len(path) - 1)
@@ -249,7 +249,7 @@ def test_chord_virtual_nodes__every_worker_owns_a_share_of_the_ring() -> None:
     chord = Chord(ctx)
     assert len(chord.ids) == ctx.cluster.n_workers * chord.virtual
     owners = np.bincount(
-        [chord.owner(0, mix64(k, 5)) for k in range(20000)], minlength=ctx.cluster.n_workers
+        [chord.owner(0, splitmix64(k, 5)) for k in range(20000)], minlength=ctx.cluster.n_workers
     )
     assert owners.min() > 0 and owners.max() < 5 * owners.mean()
 

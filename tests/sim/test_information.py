@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from kvcompass.levels import Levels
+from kvcompass.router.load_report import queue_ms
 from sim import schemes as registry
 from sim.config import SimConfig
+from sim.engine.loads import EngineReports
 from sim.engine.requests import Requests
 from sim.runner import Run
 from sim.schemes.base import (
@@ -105,58 +107,91 @@ def test_load_poll__mirrors_the_edges_cycle() -> None:
     assert run.loads.timeout_ms == max(3 * period, 1000.0)  # edge/loads.py's timeout
 
 
-def test_kvcompass_local_queues__are_the_last_poll_not_live_state() -> None:
+def test_kvcompass_local_readings__are_the_polls_estimate_in_the_edges_clock() -> None:
     run = _run("kvcompass")
     scheme = run.scheme
     assert isinstance(scheme, KVCompass)
-    seen: list[tuple[float, float]] = []
-    route = scheme.route
-
-    def spy(req: int, now_ms: float) -> Route:
-        o = int(run.requests.origin[req])
-        view = scheme.routers[o].queue_view
-        local = view.local_workers
-        last = run.loads.last(o)
-        if last is None:  # before the first poll is back: nothing known, estimates at zero
-            assert np.all(view.refreshed_ms[local] == -np.inf)
-            return route(req, now_ms)
-        np.testing.assert_array_equal(view.queue_ms[local], last.queue_ms)
-        assert np.all(view.refreshed_ms[local] == last.at_ms)
-        seen.append((now_ms, last.at_ms))
-        return route(req, now_ms)
-
-    scheme.route = spy  # type: ignore[method-assign]
-    run.run()
-    assert len(seen) == 11
-    assert any(at < now for now, at in seen[1:])  # routed between polls: the reading is older
-
-
-# -- remote queues ----------------------------------------------------------------------------
-
-
-def test_kvcompass_remote_queues__are_poll_readings_one_wan_late() -> None:
-    run = _run("kvcompass")
-    scheme = run.scheme
-    assert isinstance(scheme, KVCompass)
-    history: dict[int, list[LoadReading]] = {r: [] for r in range(3)}
+    polls: list[LoadReading] = []
     for r in range(3):
-        run.loads.subscribe(r, history[r].append)
-    got: list[tuple[float, int, LoadReading]] = []
-    deliver = scheme._on_broadcast
+        run.loads.subscribe(r, polls.append)
+    got: list[tuple[int, Any, float, float]] = []
+    for o, dec in enumerate(scheme.deciders):
+        real = dec.on_local_loads
 
-    def spy(at: float, payload: tuple[int, int, LoadReading | None, Any]) -> None:
-        o, _, reading, _ = payload
-        if reading is not None:
-            got.append((at, o, reading))
+        def spy(ws: Any, qs: Any, taken: float, now: float, o: int = o, real: Any = real) -> None:
+            got.append((o, qs, taken, now))
+            real(ws, qs, taken, now)
+
+        dec.on_local_loads = spy  # type: ignore[method-assign]
+    run.run()
+    assert len(got) == len(polls) > 10
+    offsets = scheme.offset
+    assert len(set(offsets)) == 3 and max(abs(x) for x in offsets) > 0  # three clocks
+    for (o, qs, taken, now), reading in zip(got, polls, strict=True):
+        assert o == reading.region
+        np.testing.assert_array_equal(qs, reading.queue_ms)
+        assert taken == pytest.approx(reading.taken_ms + offsets[o])
+        assert now == pytest.approx(reading.at_ms + offsets[o])
+
+
+def test_load_report__is_sglangs_fields_not_the_exact_backlog() -> None:
+    """What a worker answers (sglang 0.5.23 load_inquirer): waiting requests' uncached tokens, a
+    chunked prefill's unfinished chunks until its last one starts; a one-chunk prefill running
+    now is not counted. The estimate is ``load_report.queue_ms``: tokens x measured ms/token."""
+    reports = EngineReports(np.array([0.1]), chunk_tokens=1000)
+    reports.admit(0, 0.0, 100.0, 1000)  # one chunk: 100 ms
+    reports.admit(0, 100.0, 350.0, 2500)  # three chunks: 250 ms
+    reports.admit(0, 350.0, 400.0, 500)
+    at = {t: reports.report(0, t) for t in (50.0, 120.0, 200.0, 300.0, 360.0)}
+    waiting = {t: r["num_waiting_uncached_tokens"] for t, r in at.items()}
+    assert waiting[50.0] == 2500 + 500  # the running one-chunk prefill is not counted
+    assert waiting[120.0] == 2500 + 500  # first chunk of three running: all of it counted
+    assert waiting[200.0] == 1500 + 500  # second chunk running: one chunk done
+    assert waiting[300.0] == 500  # last chunk running: not counted any more
+    assert waiting[360.0] == 0
+    assert queue_ms(at[50.0], 0.1) == pytest.approx(300.0)  # fallback β before any prefill
+    assert at[360.0]["total_prefill_busy_us"] == pytest.approx(350_000.0)
+    assert queue_ms(at[120.0], 0.1) == pytest.approx(3000 * 0.1)  # β̂ = 100 ms / 1000 tokens
+    # The exact backlog at 50 ms is 350 ms; the report's estimate says 300.
+    assert queue_ms(at[50.0], 0.1) < 350.0
+
+
+def test_kvcompass_vectors__are_the_senders_state_one_wan_late() -> None:
+    run = _run("kvcompass")
+    scheme = run.scheme
+    assert isinstance(scheme, KVCompass)
+    got: list[tuple[float, int, Any]] = []
+    deliver = scheme._on_vector
+
+    def spy(at: float, payload: tuple[int, Any]) -> None:
+        got.append((at, payload[0], payload[1]))
         deliver(at, payload)
 
-    scheme._on_broadcast = spy  # type: ignore[method-assign]
+    scheme._on_vector = spy  # type: ignore[method-assign]
     run.run()
-    assert got
-    for at, o, reading in got:
-        wan = run.net.one_way_ms(reading.region, o)
-        assert any(reading is x for x in history[reading.region])  # a poll of the sender
-        assert reading.at_ms <= at - wan + 1e-9  # that crossed the WAN after it was back
+    assert any(vec.worker_ids.size for _, _, vec in got)
+    for at, dest, vec in got:
+        wan = run.net.one_way_ms(vec.region, dest)
+        # Built by the sender (its clock) at least one WAN before it arrived.
+        assert vec.taken_ms - scheme.offset[vec.region] <= at - wan + 1e-9
+        assert set(vec.worker_ids.tolist()) <= set(run.deployment.workers_of(vec.region).tolist())
+
+
+def test_kvcompass_relay__pays_the_wan_and_the_owning_edges_hop() -> None:
+    # A burst from region c (2 workers, 70 ms each) overflows to a and b through their edges.
+    run = _run("kvcompass", n=60, gap_ms=5.0, origins=(2,), shared=False)
+    scheme = run.scheme
+    assert isinstance(scheme, KVCompass)
+    res = run.run()
+    rec = res.record
+    region = run.deployment.worker_region[rec.worker]
+    relayed = np.flatnonzero(region != 2)
+    assert relayed.size and scheme.relays >= relayed.size
+    arrive = rec.arrive_worker_ms[relayed] - run.requests.arrival_ms[relayed]
+    wan = np.array([run.net.one_way_ms(2, int(r)) for r in region[relayed]])
+    assert np.all(arrive >= wan + 2 * HOP - 1e-9)  # WAN to the owning edge, hop, relay hop
+    assert res.summary["shortlist_bytes"] > 0
+    assert scheme.refusals == 0 or res.summary["queue_vector_bytes"] > 0
 
 
 def test_piggybacked_vector__is_the_serving_regions_last_poll() -> None:
@@ -184,6 +219,57 @@ def test_piggybacked_vector__is_the_serving_regions_last_poll() -> None:
     assert all(r.queue_ms.size == 0 for r in got if r.region == r.origin)
 
 
+def test_kvcompass_refusal__pays_a_wan_round_trip_before_the_final_send() -> None:
+    # Bursts from b and c at once: each relays to the other regions, some owners refuse.
+    run = _run("kvcompass", n=90, gap_ms=3.0, origins=(2, 1), shared=False)
+    scheme = run.scheme
+    assert isinstance(scheme, KVCompass)
+    refused: dict[int, tuple[int, int]] = {}
+    real = scheme._at_refused
+
+    def spy(at: float, payload: tuple[int, Any]) -> None:
+        req, vec = payload
+        refused[req] = (int(run.requests.origin[req]), vec.region)
+        real(at, payload)
+
+    scheme._at_refused = spy  # type: ignore[method-assign]
+    res = run.run()
+    assert refused and scheme.refusals == len(refused)
+    for req, (o, owner) in refused.items():
+        w = int(res.record.worker[req])
+        final = int(run.deployment.worker_region[w])
+        rtt = run.net.one_way_ms(o, owner) + run.net.one_way_ms(owner, o)
+        leg = run.net.one_way_ms(o, final) if final != o else HOP
+        waited = res.record.arrive_worker_ms[req] - run.requests.arrival_ms[req]
+        assert waited >= rtt + leg - 1e-9  # the refusal's round trip, then the final leg
+
+
+def test_kvcompass_feedback__at_the_first_token_at_each_edge_on_its_way() -> None:
+    run = _run("kvcompass", n=60, gap_ms=5.0, origins=(2,), shared=False)
+    scheme = run.scheme
+    assert isinstance(scheme, KVCompass)
+    seen: dict[tuple[int, int], float] = {}
+    for r, dec in enumerate(scheme.deciders):
+        real = dec.on_first_token
+
+        def spy(fid: int, w: int, now: float, *a: Any, r: int = r, real: Any = real) -> None:
+            seen[(r, fid)] = now
+            real(fid, w, now, *a)
+
+        dec.on_first_token = spy  # type: ignore[method-assign]
+    res = run.run()
+    rec = res.record
+    served_region = run.deployment.worker_region[rec.worker]
+    off = scheme.offset
+    for i in range(run.requests.n):
+        finish = rec.arrive_worker_ms[i] + rec.queue_ms[i] + rec.service_ms[i]
+        first_token = run.requests.arrival_ms[i] + rec.ttft_ms[i]
+        assert seen[(2, i)] == pytest.approx(first_token + off[2])  # the origin's edge
+        r = int(served_region[i])
+        if r != 2:  # the owning edge saw it first, one in-region hop after the prefill
+            assert seen[(r, i)] == pytest.approx(finish + HOP + off[r])
+
+
 # -- cache state: index patches ---------------------------------------------------------------
 
 
@@ -197,13 +283,13 @@ def test_kvcompass_patches__reach_each_edge_after_window_pipeline_and_both_wan_l
     scheme = run.scheme
     assert isinstance(scheme, KVCompass)
     applied: dict[int, float] = {}
-    apply = scheme._apply
+    apply = scheme.path._apply
 
     def spy(region: int, patches: Any, at_ms: float) -> None:
         applied.setdefault(region, at_ms)
         apply(region, patches, at_ms)
 
-    scheme._apply = spy  # type: ignore[method-assign, assignment]
+    scheme.path._apply = spy  # type: ignore[method-assign, assignment]
     res = run.run()
     w = int(res.record.worker[0])
     assert int(run.deployment.worker_region[w]) == 1

@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvcompass.cli.data import MOONCAKE_TRACE
 from kvcompass.deployment import builtin_deployment
 from kvcompass.levels import Levels
 from sim import schemes
 from sim.config import SimConfig
+from sim.datasets import MOONCAKE_TRACE
 from sim.engine.requests import Requests
 from sim.experiment import load_trace_workload
 from sim.runner import run_scheme

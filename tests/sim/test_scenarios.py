@@ -1,4 +1,5 @@
-"""Small simulator scenarios with asserted orderings between schemes (DESIGN §9, paper §5.3-5.4).
+"""Small simulator scenarios with asserted orderings between schemes (architecture §9, paper
+§5.3-5.4).
 
 Each scenario runs in seconds: a few thousand requests on the 14-worker testbed deployment, or a
 handful of hand-built requests on a two-region toy deployment.

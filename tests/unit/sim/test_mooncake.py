@@ -1,7 +1,7 @@
 """Mooncake trace reader (sim/workloads/mooncake.py) on the real trace and on malformed files.
 
 Only the tests that read the real trace need it (through the ``trace`` fixture); the trace is
-found beside the repository (``kvcompass.cli.data``), and under CI a missing trace fails.
+found beside the repository (``sim.datasets``), and under CI a missing trace fails.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvcompass.cli.data import MOONCAKE_TRACE as TRACE
 from kvcompass.errors import InvalidInputError
+from sim.datasets import MOONCAKE_TRACE as TRACE
 from sim.workloads import load_trace
 from sim.workloads.mooncake import TraceFormatError, read_mooncake
 from sim.workloads.workload import Kind, Workload

@@ -72,3 +72,16 @@ def test_verdict__a_scheme_that_completed_nothing_is_never_the_best_other() -> N
     }
     line = tables.verdict(runs)
     assert "best other other, 2.00× ours" in line and "collapsed" not in line
+
+
+def test_comparison_seeds__spread_cells_and_verdict_columns() -> None:
+    second = {**RUNS, "dynamo": {**RUNS["dynamo"], "ttft_p99_ms": 30660.0}}
+    comp = tables.comparison_seeds([RUNS, second])
+    assert comp.headers[-2:] == list(tables.VERDICT_HEADERS)
+    dynamo = comp.rows[1]
+    assert dynamo[0] == "dynamo" and "25,550 (20,440–30,660)" in dynamo
+    assert "2.50× (2.00–3.00)" in dynamo and dynamo[-2] == "win"
+    assert comp.rows[0][-2:] == ["", ""]  # no verdict against itself
+    line = tables.verdict_seeds([RUNS, second])
+    assert "P99 TTFT vs best other dynamo: 2.50× (2.00–3.00) ours, win" in line
+    assert "central_directory_ideal" not in line

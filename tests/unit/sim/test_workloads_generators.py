@@ -223,9 +223,9 @@ def test_sharing_stats__hand_computed_example() -> None:
 
 
 def test_make_workload__tenants_knob_sets_independent_copies_and_is_checked() -> None:
-    from kvcompass.cli.deployments import load_deployment
     from kvcompass.errors import ConfigError
     from sim.experiment import make_workload
+    from wire.deployments import load_deployment
 
     dep = load_deployment("paper-testbed-14x3")
     one = make_workload("mixed", 300, 16.0, dep, 1, "uniform", tenants=1)
