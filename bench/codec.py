@@ -1,4 +1,4 @@
-"""Avro record encode/decode per record: ``pipeline.codec.AvroCodec`` vs confluent-kafka's own
+"""Avro record encode/decode per record: ``wire.codec.AvroCodec`` vs confluent-kafka's own
 ``AvroSerializer`` / ``AvroDeserializer`` (same bytes; the unit tests check that).
 
 Usage::
@@ -37,8 +37,8 @@ from confluent_kafka.schema_registry import (
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from pipeline.codec import AvroCodec
-from pipeline.registry import DEFAULT_SCHEMA_DIR, ConfluentRegistry
+from wire.codec import AvroCodec
+from wire.registry import DEFAULT_SCHEMA_DIR, ConfluentRegistry
 
 RECORDS: dict[str, tuple[str, dict[str, Any]]] = {
     "QueueVector": ("queue_vector.avsc", {

@@ -107,10 +107,10 @@ def _edge(port: int, worker_url: str, entries: int, prompt_tokens: int, seed: in
 
     from edge.app import assemble, build_app
     from edge.config import EdgeConfig
-    from kvcompass.cli.deployments import load_deployment
     from kvcompass.index import DiscoveryIndex
     from kvcompass.layout import TableLayout
     from kvcompass.levels import Levels
+    from wire.deployments import load_deployment
 
     dep = load_deployment(DEPLOYMENT)
     workers = {str(w): worker_url for w in range(dep.n_workers)}

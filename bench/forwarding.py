@@ -9,9 +9,10 @@ their workers' registration lengths, plus random keys to reach the size.
     python bench/forwarding.py --workers 14 --regions 3 --prompt-tokens 4096 [--json]
     python bench/forwarding.py --workers 4096 --regions 64 --prompt-tokens 4096 [--json]
 
-A (workers, regions) pair without a built-in deployment gets a synthetic one (``synthetic``):
-regions at seeded random points on the globe, WAN one-way latency from great-circle distance by
-the same fit paper-128x16 uses for its added regions, workers split evenly, β = 0.086 ms/token.
+A (workers, regions) pair without a built-in deployment gets one from real geography
+(``kvcompass.geography.cloud_deployment``: the first ``regions`` public cloud region sites,
+great-circle WAN latency with a fibre factor, workers split evenly, β = 0.086 ms/token);
+4,096 workers in 64 regions is the built-in ``cloud-4096x64``, its output.
 
 Paper (C++, 14 workers, 5 levels, 4096 tokens): 20.6 µs P50, 21.5 µs P99, 48K decisions/s.
 """
@@ -20,59 +21,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 
 import numpy as np
 
-from kvcompass.cli.deployments import load_deployment
-from kvcompass.deployment import Deployment, Region
+from kvcompass.deployment import Deployment
 from kvcompass.discovery import EdgeDiscovery
+from kvcompass.errors import ConfigError
+from kvcompass.geography import cloud_deployment
 from kvcompass.index import DiscoveryIndex
 from kvcompass.index_view import IndexView
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
-from kvcompass.router import Router
+from kvcompass.router import Router, shortlist
+from wire.deployments import load_deployment
 
 DEPLOYMENTS = {
     (14, 3): "paper-testbed-14x3",
     (11, 4): "paper-na-11x4",
     (64, 8): "paper-64x8",
     (128, 16): "paper-128x16",
+    (4096, 64): "cloud-4096x64",
 }
 VOCAB = 128_256
-EARTH_KM = 6371.0
-
-
-def synthetic(n_workers: int, n_regions: int, seed: int) -> Deployment:
-    """A large deployment: seeded random region sites, distance-fitted WAN, even worker split.
-
-    One-way WAN = 9.72 ms + 7.346 ms per 1000 km of great-circle distance (paper-128x16's fit of
-    CloudPing pairs); the same block size, levels and in-region latency as the paper's.
-    """
-    if not 1 <= n_regions <= n_workers:
-        raise ValueError(f"expected 1 <= regions <= workers, got {n_regions}, {n_workers}")
-    rng = np.random.default_rng(seed)
-    lat = np.arcsin(rng.uniform(-0.9, 0.9, n_regions))  # uniform on the sphere's populated band
-    lon = rng.uniform(-math.pi, math.pi, n_regions)
-    wan = [[0.0] * n_regions for _ in range(n_regions)]
-    for i in range(n_regions):
-        for j in range(i + 1, n_regions):
-            c = math.sin(lat[i]) * math.sin(lat[j]) + math.cos(lat[i]) * math.cos(
-                lat[j]
-            ) * math.cos(lon[i] - lon[j])
-            km = EARTH_KM * math.acos(max(-1.0, min(1.0, c)))
-            wan[i][j] = wan[j][i] = round(9.72 + 7.346 * km / 1000.0, 2)
-    sizes = [n_workers // n_regions + (r < n_workers % n_regions) for r in range(n_regions)]
-    regions = tuple(Region(f"r{r}", sizes[r], 0.086) for r in range(n_regions))
-    return Deployment(
-        name=f"synthetic-{n_workers}x{n_regions}",
-        regions=regions,
-        wan_one_way_ms=tuple(tuple(row) for row in wan),
-        in_region_one_way_ms=0.5,
-        source="bench/forwarding.py synthetic(): seeded sites, distance-fitted WAN",
-    )
 
 
 def main() -> None:
@@ -90,10 +62,11 @@ def main() -> None:
     name = DEPLOYMENTS.get((args.workers, args.regions))
     if name is not None:
         dep = load_deployment(name)
-    elif 1 <= args.regions <= args.workers:
-        dep = synthetic(args.workers, args.regions, args.seed)
     else:
-        ap.error(f"expected 1 <= regions <= workers, got {args.regions} and {args.workers}")
+        try:
+            dep = cloud_deployment(args.workers, args.regions)
+        except ConfigError as exc:
+            ap.error(str(exc))
     res = run(dep, args)
     if args.json:
         print(json.dumps(res))
@@ -156,7 +129,7 @@ def run(dep: Deployment, args: argparse.Namespace) -> dict[str, object]:
         cpu[i] = (cpu_clock() - c) / 1e3
         lat[i] = (e - s) / 1e3
         hits += d.claimed_tokens > 0
-    parts = _breakdown(edge, prompts[: min(5000, args.decisions)])
+    parts = _breakdown(edge, prompts[: min(5000, args.decisions)], dep)
     return {
         "deployment": dep.name,
         "workers": dep.n_workers,
@@ -176,11 +149,23 @@ def run(dep: Deployment, args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _breakdown(edge: EdgeDiscovery, prompts: np.ndarray) -> dict[str, float]:
-    """Median µs of each stage, timed separately (their sum exceeds the whole by call overhead)."""
+def _breakdown(edge: EdgeDiscovery, prompts: np.ndarray, dep: Deployment) -> dict[str, float]:
+    """Median µs of each stage, timed separately (their sum exceeds the whole by call overhead),
+    and the score through the per-region shortlist (``kvcompass.router.shortlist``, not wired
+    into the Router): its P50/P99 µs, hash + lookup + shortlist per prompt (a wired decision
+    without the Decision object), the workers and regions it scored, and how often its winner
+    differs from the full score's (0 by construction)."""
     all_lengths = edge.view.query_lengths(edge.origin)
     lengths = all_lengths[all_lengths <= prompts.shape[1]]
-    h, m, s = [], [], []
+    router = edge.router
+    state, params = router._state, router._params
+    offsets = dep.worker_offsets
+    agg = np.empty((shortlist.N_AGG, dep.n_regions))
+    shortlist.region_aggregates(state, params, offsets, agg)
+    top_r = np.empty(router._top_k, np.int64)
+    top_s = np.empty(router._top_k)
+    h, m, s, short, n_scored, n_regions, path = [], [], [], [], [], [], []
+    differ = 0
     clock = time.perf_counter_ns
     for p in prompts:
         a = clock()
@@ -188,15 +173,32 @@ def _breakdown(edge: EdgeDiscovery, prompts: np.ndarray) -> dict[str, float]:
         b = clock()
         match = edge.view.match_keys(edge.origin, lengths, keys)
         c = clock()
-        edge.router.choose(len(p), match.matched_tokens, match.tiers, 0.0)
-        d = clock()
+        d = router.choose(len(p), match.matched_tokens, match.tiers, 0.0)
+        e = clock()
+        _, scored, regions = shortlist.shortlist_top(
+            len(p), match.matched_tokens, match.tiers, state, params, offsets, agg, top_r, top_s
+        )
+        f = clock()
         h.append(b - a)
         m.append(c - b)
-        s.append(d - c)
+        s.append(e - c)
+        short.append(f - e)
+        path.append((c - a) + (f - e))  # hash + lookup + shortlist, the same prompt
+        n_scored.append(scored)
+        n_regions.append(regions)
+        differ += int(top_r[0]) != d.worker
     return {
         "hash_p50_us": round(float(np.median(h)) / 1e3, 2),
         "lookup_p50_us": round(float(np.median(m)) / 1e3, 2),
         "score_p50_us": round(float(np.median(s)) / 1e3, 2),
+        "score_p99_us": round(float(np.percentile(s, 99)) / 1e3, 2),
+        "shortlist_score_p50_us": round(float(np.median(short)) / 1e3, 2),
+        "shortlist_score_p99_us": round(float(np.percentile(short, 99)) / 1e3, 2),
+        "hash_lookup_shortlist_p50_us": round(float(np.median(path)) / 1e3, 2),
+        "hash_lookup_shortlist_p99_us": round(float(np.percentile(path, 99)) / 1e3, 2),
+        "shortlist_workers_scored_mean": round(float(np.mean(n_scored)), 1),
+        "shortlist_regions_scored_mean": round(float(np.mean(n_regions)), 2),
+        "shortlist_winner_differs": differ,
     }
 
 

@@ -1,6 +1,6 @@
 """Pipeline benchmark: key-ops/s through one maintenance process, and event -> view latency.
 
-Against ``KAFKA_BOOTSTRAP_SERVERS``, or a ``pipeline.kafka_local.LocalBroker`` started here (and
+Against ``KAFKA_BOOTSTRAP_SERVERS``, or a ``wire.kafka_local.LocalBroker`` started here (and
 stopped at the end) when it is unset. Each run uses fresh topics (unique prefix) and one real
 ``kvcompass pipeline worker`` subprocess (rechunk + maintenance agents in one process).
 
@@ -10,7 +10,7 @@ stopped at the end) when it is unset. Each run uses fresh topics (unique prefix)
    drains the backlog. key-ops/s = key-ops / (last patch's timestamp - first patch's timestamp),
    read back from ``index-patches`` (producer timestamps of the worker).
 2. Latency: KvEvents (``--event-keys`` registration keys each, STORED, fresh keys) are produced
-   to ``kv-events`` at ``--rate`` events/s for ``--seconds``; a ``ViewSync`` in this process
+   to ``kv-events`` at ``--rate`` events/s for ``--seconds``; a ``PatchFollower`` in this process
    consumes ``index-patches``; every ``--probe-every``-th event is timed from its send to the
    first poll after which the view shows its worker's field set for every key of the event.
 
@@ -43,21 +43,18 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from kvcompass.deployment import builtin_deployment  # noqa: E402
 from kvcompass.layout import TableLayout  # noqa: E402
 from kvcompass.levels import Levels  # noqa: E402
+from kvcompass.rechunk import EventRef, OpBatch, OpKind  # noqa: E402
 from kvcompass.types import Tier  # noqa: E402
-from pipeline.codec import AvroCodec, int32_key  # noqa: E402
-from pipeline.config import PipelineConfig  # noqa: E402
-from pipeline.patch_sink import decode_value  # noqa: E402
-from pipeline.rechunk import EventRef, OpBatch, OpKind, encode_op_batch  # noqa: E402
-from pipeline.registry import InProcessRegistry  # noqa: E402
-from pipeline.topics import ensure_topics  # noqa: E402
-from pipeline.view_sync import ViewSync  # noqa: E402
+from wire.codec import AvroCodec, int32_key  # noqa: E402
+from wire.config import PipelineConfig  # noqa: E402
+from wire.index_ops import encode_op_batch  # noqa: E402
+from wire.kafka_clients import librdkafka_conf  # noqa: E402
+from wire.patch_follower import PatchFollower, follow  # noqa: E402
+from wire.patches import decode_value  # noqa: E402
+from wire.registry import InProcessRegistry  # noqa: E402
+from wire.topics import ensure_topics  # noqa: E402
 
 DEP_NAME = "paper-testbed-14x3"
-RUNNER = (
-    "import argparse,sys;from kvcompass.cli.pipeline import register;"
-    "p=argparse.ArgumentParser();register(p.add_subparsers());"
-    "a=p.parse_args(sys.argv[1:]);sys.exit(a.func(a))"
-)
 
 
 def _free_port() -> int:
@@ -71,7 +68,7 @@ def start_worker(cfg: PipelineConfig, log: Path, extra: list[str]) -> subprocess
             cfg.topic_prefix, "--n-shards", str(cfg.n_shards), "--deployment", DEP_NAME,
             "--loglevel", "warning", *extra]  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-c", RUNNER, *args], stdout=log.open("wb"), stderr=subprocess.STDOUT
+        [sys.executable, "-m", "cli", *args], stdout=log.open("wb"), stderr=subprocess.STDOUT
     )
     return proc
 
@@ -82,8 +79,8 @@ def backlog(cfg: PipelineConfig, n_records: int, keys_per: int, seed: int) -> in
     layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
     codec = AvroCodec(InProcessRegistry())
     rng = np.random.default_rng(seed)
-    prod = Producer({"bootstrap.servers": cfg.bootstrap_servers, "linger.ms": 5,
-                     "queue.buffering.max.messages": 2_000_000})  # fmt: skip
+    prod = Producer(librdkafka_conf(cfg, {"linger.ms": 5,
+                     "queue.buffering.max.messages": 2_000_000}))  # fmt: skip
     n = cfg.n_shards
     total = 0
     per = 64  # runs per record, like one rechunk take of 64 events for this shard
@@ -108,7 +105,7 @@ def backlog(cfg: PipelineConfig, n_records: int, keys_per: int, seed: int) -> in
 def drained_span_s(cfg: PipelineConfig, timeout_s: float) -> tuple[float, int]:
     """Seconds between the first and last patch, once every index-ops record is reflected."""
     sid = InProcessRegistry().writer_id("IndexPatch")
-    admin_c = Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": "bench"})
+    admin_c = Consumer(librdkafka_conf(cfg, {"group.id": "bench"}))
     ends = {}
     for s in range(cfg.n_shards):
         _, high = admin_c.get_watermark_offsets(TopicPartition(cfg.topics.index_ops, s), 10)
@@ -124,8 +121,8 @@ def drained_span_s(cfg: PipelineConfig, timeout_s: float) -> tuple[float, int]:
         if total != last_total or total == 0:
             last_total, still_since = total, time.monotonic()
     admin_c.close()
-    c = Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": "bench-p",
-                  "enable.auto.commit": False})  # fmt: skip
+    c = Consumer(librdkafka_conf(cfg, {"group.id": "bench-p",
+                  "enable.auto.commit": False}))  # fmt: skip
     c.assign([TopicPartition(cfg.topics.index_patches, s, OFFSET_BEGINNING)
               for s in range(cfg.n_shards)])  # fmt: skip
     first: int | None = None
@@ -149,7 +146,7 @@ def drained_span_s(cfg: PipelineConfig, timeout_s: float) -> tuple[float, int]:
     return max(last - first, 1) / 1000.0, records
 
 
-def _warm_up(cfg: PipelineConfig, sync: ViewSync, prod: Any, codec: AvroCodec,
+def _warm_up(cfg: PipelineConfig, sync: PatchFollower, prod: Any, codec: AvroCodec,
              region: np.ndarray) -> None:  # fmt: skip
     """Events on every shard until all are visible: the first batch of each maintenance actor
     rebuilds its unit (reads two partitions) and must not count as steady-state latency."""
@@ -158,7 +155,7 @@ def _warm_up(cfg: PipelineConfig, sync: ViewSync, prod: Any, codec: AvroCodec,
           "op": "STORED", "tier": "VRAM", "token_count": 16, "token_ids": None,
           "block_hashes": [], "parent_block_hash": None, "block_size_tokens": 16,
           "registration_lengths": [16 * (j + 1) for j in range(keys.size)],
-          "registration_keys": keys.tolist(), "engine_seq": 0, "timestamp_ms": 0}  # fmt: skip
+          "registration_keys": keys.tolist(), "engine_seq": -1, "timestamp_ms": 0}  # fmt: skip
     prod.produce(cfg.topics.kv_events, codec.encode("KvEvent", ev), int32_key(0))
     prod.flush(30)
     deadline = time.monotonic() + 120
@@ -177,9 +174,9 @@ def latency(cfg: PipelineConfig, rate: float, seconds: float, event_keys: int, p
     codec = AvroCodec(InProcessRegistry())
     rng = np.random.default_rng(seed)
     n_events = int(rate * seconds)
-    sync = ViewSync.open(cfg, layout, Levels.from_deployment(dep).matrix, None)
+    sync = follow(cfg, layout, Levels.from_deployment(dep).matrix, None)
     sync.catch_up(60)
-    prod = Producer({"bootstrap.servers": cfg.bootstrap_servers, "linger.ms": 1})
+    prod = Producer(librdkafka_conf(cfg, {"linger.ms": 1}))
     _warm_up(cfg, sync, prod, codec, region)
     events: list[tuple[bytes, bytes, int, np.ndarray]] = []
     for i in range(n_events):
@@ -253,7 +250,7 @@ def main() -> int:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     tmp = Path(tempfile.mkdtemp(prefix="kvc-bench-pipeline-"))
     if not bootstrap:
-        from pipeline.kafka_local import LocalBroker
+        from wire.kafka_local import LocalBroker
 
         broker = LocalBroker(_free_port(), controller_port=_free_port(), state_dir=tmp / "broker",
                              die_with_parent=True)  # fmt: skip
@@ -262,7 +259,7 @@ def main() -> int:
     def fresh(tag: str) -> PipelineConfig:
         prefix = f"bench-{tag}-{os.getpid()}-{int(time.time())}."
         c = PipelineConfig(bootstrap_servers=bootstrap, n_shards=args.n_shards, topic_prefix=prefix)
-        ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), c)
+        ensure_topics(AdminClient(librdkafka_conf(bootstrap)), c)
         return c
 
     def ready(log: Path) -> None:

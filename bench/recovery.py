@@ -28,12 +28,12 @@ import numpy as np
 
 from kvcompass.deployment import builtin_deployment
 from kvcompass.layout import TableLayout
+from kvcompass.maintenance import MaintenanceUnit, PatchScan
+from kvcompass.rechunk import EventRef, OpBatch, OpKind
 from kvcompass.types import Tier
 from pipeline.checkpoint import encode, latest_complete, restore, snapshot_of
-from pipeline.codec import AvroCodec
-from pipeline.maintenance import MaintenanceUnit, PatchScan
-from pipeline.rechunk import EventRef, OpBatch, OpKind
-from pipeline.registry import InProcessRegistry
+from wire.codec import AvroCodec
+from wire.registry import InProcessRegistry
 
 N_SHARDS, SHARD, RUN = 4, 1, 64
 

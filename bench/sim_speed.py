@@ -15,12 +15,12 @@ import argparse
 import json
 import time
 
-from kvcompass.cli.deployments import load_deployment
 from kvcompass.levels import Levels
 from sim.config import SimConfig
 from sim.engine.requests import Requests
 from sim.experiment import DEFAULT_EVICTION, make_workload
 from sim.runner import run_scheme
+from wire.deployments import load_deployment
 
 
 def main() -> None:
@@ -67,6 +67,7 @@ def main() -> None:
                 "cpu_s": cpu,
                 "sim_requests_per_cpu_s": args.requests / max(cpu, 1e-9),
                 "ttft_p99_ms": r.summary.get("ttft_p99_ms", float("nan")),
+                "record_sha256": r.record.digest(),
             }
         )
     out = {
@@ -88,13 +89,13 @@ def main() -> None:
     )
     print(
         f"{'scheme':<28}{'wall s':>10}{'sim req/s':>14}{'CPU s':>10}{'req/CPU-s':>12}"
-        f"{'P99 TTFT ms':>14}"
+        f"{'P99 TTFT ms':>14}  record"
     )
     for row in rows:
         print(
             f"{row['scheme']:<28}{row['wall_s']:>10.2f}{row['sim_requests_per_s']:>14,.0f}"
             f"{row['cpu_s']:>10.2f}{row['sim_requests_per_cpu_s']:>12,.0f}"
-            f"{row['ttft_p99_ms']:>14,.0f}"
+            f"{row['ttft_p99_ms']:>14,.0f}  {row['record_sha256'][:12]}"
         )
 
 

@@ -4,5 +4,5 @@
 subprocess of the ``kvcompass`` CLI (broker, maintenance units, emulated workers, sidecars, one
 edge per region; ``e2e.process`` and ``e2e.probes`` are its helpers); ``e2e.faults`` runs fault
 scenarios against it; ``e2e.loadgen``, ``e2e.demo`` and ``e2e.report`` are the comparison demo.
-Nothing here is imported by the core, the shells or the simulator; ``kvcompass/cli/`` starts it.
+Nothing here is imported by the core, the shells or the simulator; ``cli/`` starts it.
 """

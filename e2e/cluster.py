@@ -2,9 +2,9 @@
 
 Owns starting, probing, faulting and stopping every process of a deployment (default the
 paper's 14-worker, 3-region testbed), each a subprocess of the ``kvcompass`` CLI
-(``sys.executable -m kvcompass ...``) with its log in ``run_dir/logs/<name>.log``:
+(``sys.executable -m cli ...``) with its log in ``run_dir/logs/<name>.log``:
 
-``broker`` (``pipeline.kafka_local.LocalBroker`` in ``run_dir/broker``, unless
+``broker`` (``wire.kafka_local.LocalBroker`` in ``run_dir/broker``, unless
 ``bootstrap_servers`` is given), ``maintenance-<i>`` (``kvcompass pipeline worker``, one Faust app
 id: Kafka splits the shards), ``worker-<w>`` (``kvcompass worker emulate``), ``sidecar-<w>``
 (``kvcompass worker sidecar``: bridge + load reporter + migrations) and ``edge-<region>``
@@ -49,10 +49,11 @@ from e2e.layout import Layout
 from e2e.probes import EventCount, ViewCheck
 from e2e.process import Child, ClusterError, Spawner, child_env
 from e2e.spec import ClusterSpec
-from kvcompass.cli.deployments import load_deployment
 from kvcompass.deployment import Deployment
-from pipeline.config import PipelineConfig
-from pipeline.kafka_local import BrokerError
+from wire.config import PipelineConfig
+from wire.deployments import load_deployment
+from wire.kafka_clients import librdkafka_conf
+from wire.kafka_local import BrokerError
 
 __all__ = ["ClusterError", "ClusterSpec", "EventCount", "LocalCluster", "ViewCheck"]
 
@@ -77,7 +78,7 @@ class LocalCluster:
         self.layout = layout
         self._broker_ports = layout.broker_ports
         self.broker: Any = None
-        """``pipeline.kafka_local.LocalBroker`` when this cluster started the broker."""
+        """``wire.kafka_local.LocalBroker`` when this cluster started the broker."""
         self.bootstrap = spec.bootstrap_servers or f"127.0.0.1:{self._broker_ports[0]}"
         self.pipe = PipelineConfig(
             bootstrap_servers=self.bootstrap, n_shards=spec.n_shards, topic_prefix=spec.topic_prefix
@@ -90,6 +91,8 @@ class LocalCluster:
         """Seconds from ``start()`` to every process ready and the pipeline quiescent."""
         self._env = child_env()
         self._started = False
+        self.events_since: dict[int, int] | None = None
+        """``kv-events`` offsets from which ``count_events`` accounts (``delete_index_ops``)."""
         self._down: set[str] = set()
         """Children stopped on purpose (a fault in progress): not an error when found dead."""
         self.gateways = Gateways(self)
@@ -162,7 +165,7 @@ class LocalCluster:
         s = self.spec
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if s.bootstrap_servers is None:
-            from pipeline.kafka_local import LocalBroker
+            from wire.kafka_local import LocalBroker
 
             port, controller = self._broker_ports
             self.broker = LocalBroker(port, controller_port=controller, die_with_parent=True,
@@ -172,9 +175,9 @@ class LocalCluster:
             shutil.rmtree(self.run_dir / "broker", ignore_errors=True)
             self.on_status(f"starting broker on {self.bootstrap}")
             self.spawner.on_thread(lambda: self.broker.up(timeout_s=s.start_timeout_s))
-        from pipeline.topics import ensure_topics
+        from wire.topics import ensure_topics
 
-        ensure_topics(AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3}), self.pipe)
+        ensure_topics(AdminClient(librdkafka_conf(self.bootstrap, {"log_level": 3})), self.pipe)
         shutil.rmtree(self.run_dir / "views", ignore_errors=True)  # views of an earlier run
         for r in self.regions:
             self.view_dir(r).mkdir(parents=True, exist_ok=True)
@@ -308,18 +311,20 @@ class LocalCluster:
         )
 
     def count_events(self) -> EventCount:
-        """Accepted ``kv-events`` records vs the runs logged in ``index-ops`` (none lost)."""
-        return probes.count_events(self.bootstrap, self.topics, self.dep, self.spec.n_shards)
+        """Accepted ``kv-events`` records vs the runs logged in ``index-ops`` (none lost), from
+        ``events_since`` on (set by a fault that deleted ``index-ops`` records)."""
+        return probes.count_events(self.bootstrap, self.topics, self.dep, self.spec.n_shards,
+                                   since=self.events_since)  # fmt: skip
 
     # -- control -----------------------------------------------------------------------------
 
-    def set_policy(self, policy: str) -> None:
-        """``POST /admin/policy`` on every edge (their TOML sets ``admin = true``)."""
+    def set_scheme(self, scheme: str) -> None:
+        """``POST /admin/scheme`` on every edge (their TOML sets ``admin = true``)."""
         for r, url in self.edge_urls.items():
-            status, body = probes.http("POST", url + "/admin/policy", {"policy": policy}, 10.0)
+            status, body = probes.http("POST", url + "/admin/scheme", {"scheme": scheme}, 10.0)
             if status != 200:
                 raise ClusterError(
-                    f"edge {r}: POST /admin/policy {policy!r} -> {status}: {body[:300]!r}"
+                    f"edge {r}: POST /admin/scheme {scheme!r} -> {status}: {body[:300]!r}"
                 )
 
     def wait_workers_idle(self, timeout_s: float = 60.0) -> None:

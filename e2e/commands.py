@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 
 def kvcompass(*args: str, **flags: Any) -> list[str]:
-    """``python -m kvcompass <args> --flag value ...`` (underscores become dashes)."""
-    argv = [sys.executable, "-m", "kvcompass", *args]
+    """``python -m cli <args> --flag value ...`` (underscores become dashes)."""
+    argv = [sys.executable, "-m", "cli", *args]
     for name, value in flags.items():
         argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv
@@ -86,12 +86,12 @@ def edge_toml(spec: Spec, region: str, port: int, view_dir: Path, workers: Mappi
               peers: Mapping[str, str], bootstrap: str) -> str:  # fmt: skip
     """The edge's config: every worker, the other regions' edges as peers (cross-region forwards
     relay through them), views in ``view_dir``, WAN delay scale = the workers' time scale, the
-    spec's policy, and ``admin = true`` (the launcher switches policies live)."""
+    spec's scheme, and ``admin = true`` (the launcher switches schemes live)."""
     lines = ["[edge]", f"region = {_s(region)}", f"deployment = {_s(spec.deployment)}",
              'host = "127.0.0.1"', f"port = {port}", f"model = {_s(spec.model)}",
              f"view_dir = {_s(str(view_dir))}",
              f"wan_delay_scale = {float(spec.time_scale)!r}",
-             f"policy = {_s(spec.edge_policy)}", "admin = true"]  # fmt: skip
+             f"scheme = {_s(spec.edge_scheme)}", "admin = true"]  # fmt: skip
     lines += ["[workers]", *(f'"{w}" = {_s(u)}' for w, u in workers.items())]
     lines += ["[peers]", *(f"{r} = {_s(u)}" for r, u in peers.items() if r != region)]
     lines += ["[pipeline]", f"bootstrap_servers = {_s(bootstrap)}",

@@ -4,8 +4,8 @@ paper's testbed rates, two origin mixes.
 Owns the experiment plan of ``make demo``: start a ``LocalCluster`` (broker, maintenance units,
 14 emulated SGLang workers with sidecars, three edges), then for each workload, origin mix, rate
 and scheme: make every worker's cache cold (flush, and wait until the index and every view are
-empty: no scheme inherits another's caches), point the load at the scheme (an edge policy via
-``POST /admin/policy``, or SGLang's own gateway, one ``sglang-router`` per region started fresh
+empty: no scheme inherits another's caches), point the load at the scheme (an edge scheme via
+``POST /admin/scheme``, or SGLang's own gateway, one ``sglang-router`` per region started fresh
 for the run), replay the same requests (same seed per workload, origin mix and rate) and
 summarise the requests that arrived after the warm-up. Afterwards it checks every edge's view
 against the maintenance state and counts events in vs. registrations applied. Must not define
@@ -35,8 +35,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,67 +44,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from e2e import report
 from e2e.loadgen import LoadGenerator
-from edge.policies import POLICIES
-from kvcompass.cli.data import MOONCAKE_TRACE
-from kvcompass.cli.deployments import load_deployment
+from e2e.spec import SGLANG_GATEWAY, DemoPlan
 from sim.workloads.workload import Workload
-
-DEFAULT_TRACE = MOONCAKE_TRACE
-
-SGLANG_GATEWAY = "sglang_router"
-"""Scheme name of SGLang's own gateway (``sglang-router`` in ``cache_aware`` mode, one per region
-in front of that region's workers): not an edge policy, the load goes to the gateways."""
-
-SCHEMES: tuple[str, ...] = (*POLICIES, SGLANG_GATEWAY)
-"""Every scheme the demo can run."""
-
-DEFAULT_SCHEMES: tuple[str, ...] = ("kvcompass", SGLANG_GATEWAY, "least_loaded", "consistent_hash")
-"""What ``make demo`` compares. ``local_cache_aware`` (our imitation of the gateway's policy fed
-by the exact index) is left out: the real gateway replaces it; run it with ``--schemes``."""
+from wire.deployments import load_deployment
 
 
 @dataclass(frozen=True, slots=True)
-class DemoPlan:
-    deployment: str = "paper-testbed-14x3"
-    schemes: tuple[str, ...] = DEFAULT_SCHEMES
-    mixed_rates: tuple[float, ...] = (8.0, 16.0, 32.0)
-    origin_mixes: tuple[str, ...] = ("workers", "uniform")
-    tenants: int = 1
-    """Independent tenants of the Mixed workload: one replay of its datasets, as a 14-GPU testbed
-    at 4–40 req/s sees them (``sim.experiment.with_tenants``: the simulator's 50 feed 64 workers
-    at 200–6000 req/s; ``kvcompass sim --tenants 1`` draws the same requests)."""
-    trace_rates: tuple[float, ...] = ()
-    """Mooncake trace rates; none by default (its runs would not fit the 10 minutes)."""
-    trace: Path | None = DEFAULT_TRACE
-    trace_block_size: int = 512
-    warmup_s: float = 3.0
-    """Model seconds of arrivals before the measurement, served but not summarised."""
-    measure_s: float = 10.0
-    """Model seconds of measured arrivals per run (requests = rate × (warm-up + this))."""
-    time_scale: float = 1.0
-    max_output_tokens: int = 16
-    request_timeout_s: float = 10.0
-    """Model seconds a client waits for its whole response; then it gives up and closes (a
-    failed request; the worker aborts it, as SGLang does). Longer only lengthens the runs of a
-    collapsed scheme: its failures are counted either way."""
-    drain_timeout_s: float = 600.0
-    """How long a run's leftovers may keep the workers busy before the next run."""
-    seed: int = 1
-    out_dir: Path = Path("demo-out")
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        unknown = [s for s in self.schemes if s not in SCHEMES]
-        if unknown or not self.schemes:
-            raise ValueError(f"schemes: expected names from {list(SCHEMES)}, got {unknown}")
-        if self.warmup_s < 0 or self.measure_s <= 0:
-            raise ValueError(
-                f"warmup_s >= 0 and measure_s > 0 expected, got {self.warmup_s}, {self.measure_s}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
+class DemoRun:
     """One (workload, origin mix, rate): the requests every scheme gets."""
 
     workload: str
@@ -118,24 +63,24 @@ class Run:
         return f"{self.workload}, origins {self.origins}, {self.rate:g} req/s"
 
 
-def runs(plan: DemoPlan) -> list[Run]:
+def runs(plan: DemoPlan) -> list[DemoRun]:
     """Every (workload, origin mix, rate), each workload generated once."""
     from sim.experiment import load_trace_workload, make_workload
 
     dep = load_deployment(plan.deployment)
     span_s = plan.warmup_s + plan.measure_s
-    out: list[Run] = []
+    out: list[DemoRun] = []
     for origins in plan.origin_mixes:
         for rate in plan.mixed_rates:
             n = max(int(rate * span_s), 1)
             wl = make_workload("mixed", n, rate, dep, plan.seed, origins, plan.tenants)
-            out.append(Run("mixed", origins, rate, wl))
+            out.append(DemoRun("mixed", origins, rate, wl))
         if plan.trace is not None and plan.trace.exists():
             for rate in plan.trace_rates:
                 n = max(int(rate * span_s), 1)
                 wl = load_trace_workload(plan.trace, "mooncake", plan.trace_block_size, dep, n,
                                          plan.seed, rate, origins)  # fmt: skip
-                out.append(Run("mooncake", origins, rate, wl))
+                out.append(DemoRun("mooncake", origins, rate, wl))
     return out
 
 
@@ -203,7 +148,7 @@ def run_demo(
                         cluster.gateways.wait()
                         urls = [cluster.gateway_urls[name] for name in region_names]
                     else:
-                        cluster.set_policy(scheme)
+                        cluster.set_scheme(scheme)
                         urls = [cluster.edge_urls[name] for name in region_names]
                     gen = LoadGenerator(
                         run.requests, urls, time_scale=plan.time_scale,

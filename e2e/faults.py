@@ -12,7 +12,11 @@ run ``hold_s``, start it again), ``edge-restart`` (SIGTERM + start the edge of t
 its clients see refused connections meanwhile, the others are served), ``broker-restart`` (only
 when the cluster owns its broker; a bounded error burst is allowed and reported),
 ``queue-vectors-drop`` (``drop_queue_vectors(hold_s)``), ``poison-record`` (999,960 bytes of
-garbage on ``kv-events``: one bounded dead letter, the valid events around it all applied).
+garbage on ``kv-events``: one bounded dead letter, the valid events around it all applied),
+``index-ops-lost`` (SIGKILL every maintenance process, delete every ``index-ops`` record as
+retention would, start them again: each shard whose tail is gone rebuilds itself from
+``kv-events``; the checks then account for the events after the deletion in ``index-ops`` and
+for all of them in the views).
 
 Must not: be the project's load generator for experiments (that is ``e2e/loadgen.py``).
 """
@@ -286,13 +290,40 @@ def _queue_vectors_drop(c: LocalCluster, hold_s: float) -> str:
 def _poison_record(c: LocalCluster, hold_s: float) -> str:
     from confluent_kafka import Producer
 
+    from wire.kafka_clients import librdkafka_conf
+
     garbage = b"\x7b" + np.random.default_rng(13).bytes(999_959)  # no Avro magic: UNDECODABLE
-    producer = Producer({"bootstrap.servers": c.bootstrap, "log_level": 3})
+    producer = Producer(librdkafka_conf(c.bootstrap, {"log_level": 3}))
     producer.produce(c.topics.kv_events, garbage, b"\x00\x00\x00\x00", 0)
     if producer.flush(30):
         raise RuntimeError("the poison record was not delivered")
     time.sleep(hold_s)
     return f"{len(garbage):,} bytes of garbage on {c.topics.kv_events}[0]"
+
+
+def _index_ops_lost(c: LocalCluster, hold_s: float) -> str:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from e2e.probes import ends
+    from wire.kafka_clients import librdkafka_conf
+
+    names = [n for n in c.spawner.children if n.startswith("maintenance-")]
+    for n in names:  # a crash: no final checkpoint
+        c.expect_down(n, True)
+        c.spawner.kill(n)
+    marks = ends(c.bootstrap, c.topics.index_ops)
+    c.events_since = ends(c.bootstrap, c.topics.kv_events)  # ops of earlier events are deleted
+    admin = AdminClient(librdkafka_conf(c.bootstrap, {"log_level": 3}))
+    parts = [TopicPartition(c.topics.index_ops, p, high) for p, high in marks.items()]
+    for fut in admin.delete_records(parts).values():
+        fut.result(30)
+    time.sleep(hold_s)
+    for i in range(len(names)):
+        c.start_maintenance(i)
+    deleted = sum(marks.values())
+    return (f"SIGKILL {len(names)} maintenance, all {deleted} index-ops records deleted, "
+            f"{hold_s:.0f} s down, started again")  # fmt: skip
 
 
 SCENARIOS: dict[str, Fault] = {
@@ -302,6 +333,7 @@ SCENARIOS: dict[str, Fault] = {
     "broker-restart": _broker_restart,
     "queue-vectors-drop": _queue_vectors_drop,
     "poison-record": _poison_record,
+    "index-ops-lost": _index_ops_lost,
 }
 
 

@@ -58,9 +58,10 @@ class Results:
         return np.asarray((self.status == 200) & (self.ttft_ms >= 0), dtype=np.bool_)
 
 
-def _payload(tokens: NDArray[np.int32], max_new: int, rid: str) -> bytes:
+def _payload(tokens: NDArray[np.int32], max_new: int) -> bytes:
+    # No body "rid": the request id goes in X-Request-Id, so the edge forwards these bytes as
+    # they are (a body rid is replaced by the edge's own id, which re-encodes the body).
     body = {
-        "rid": rid,
         "input_ids": tokens.tolist(),
         "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True},
         "stream": True,
@@ -107,7 +108,7 @@ class LoadGenerator:
         out = []
         for i in range(len(wl)):
             max_new = int(min(max(int(wl.output_len[i]), 1), self.max_out))
-            out.append(_payload(flat[offsets[i] : offsets[i + 1]], max_new, f"{self.run_id}-{i}"))
+            out.append(_payload(flat[offsets[i] : offsets[i + 1]], max_new))
         return out
 
     async def run(self, on_done: Callable[[int], None] | None = None) -> Results:
@@ -132,9 +133,8 @@ class LoadGenerator:
             url = self.edge_urls[int(wl.origin_region[i])] + "/generate"
             sent = time.perf_counter()
             try:
-                async with session.post(
-                    url, data=bodies[i], headers={"Content-Type": "application/json"}
-                ) as r:
+                hdrs = {"Content-Type": "application/json", "X-Request-Id": f"{self.run_id}-{i}"}
+                async with session.post(url, data=bodies[i], headers=hdrs) as r:
                     status[i] = r.status
                     if r.status != 200:
                         if len(errors) < 10:

@@ -34,24 +34,29 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kvcompass.deployment import Deployment
 from kvcompass.errors import InvalidInputError, ViewFileError
+from kvcompass.event_order import EventOrder, Verdict
 from kvcompass.levels import Levels
-from kvcompass.view_file import open_view
-from pipeline.codec import AvroCodec
-from pipeline.rechunk import EventRef, OpKind, decode_op_batch
-from pipeline.registry import InProcessRegistry
+from kvcompass.rechunk import EventRef, OpKind
 from pipeline.replay import diff_view_dir, new_replay, read_kafka
+from wire.codec import AvroCodec, worker_key_mismatch
+from wire.index_ops import decode_op_batch
+from wire.kafka_clients import aiokafka_kwargs, as_config, librdkafka_conf
+from wire.registry import InProcessRegistry
+from wire.view_files import open_view
 
 CODEC = AvroCodec(InProcessRegistry())
 
 
 def _consumer(bootstrap: str, group: str | None = None) -> Consumer:
     return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.auto.commit": False,
-            "group.id": group or f"e2e-probe-{uuid.uuid4().hex[:8]}",
-            "log_level": 2,
-        }
+        librdkafka_conf(
+            bootstrap,
+            {
+                "enable.auto.commit": False,
+                "group.id": group or f"e2e-probe-{uuid.uuid4().hex[:8]}",
+                "log_level": 2,
+            },
+        )
     )
 
 
@@ -113,7 +118,7 @@ def group_members(bootstrap: str, group: str, timeout_s: float = 10.0) -> tuple[
 
 
 async def _describe_group(bootstrap: str, group: str, timeout_s: float) -> tuple[int, str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+    admin = AIOKafkaAdminClient(**aiokafka_kwargs(as_config(bootstrap)),
                                 request_timeout_ms=int(timeout_s * 1000))  # fmt: skip
     await admin.start()
     try:
@@ -292,22 +297,38 @@ class EventCount:
 
 
 def count_events(
-    bootstrap: str, topics: Any, dep: Deployment, n_shards: int, timeout_s: float = 120.0
+    bootstrap: str,
+    topics: Any,
+    dep: Deployment,
+    n_shards: int,
+    timeout_s: float = 120.0,
+    since: dict[int, int] | None = None,
 ) -> EventCount:
-    """``topics``: ``pipeline.config.TopicNames`` of the deployment.
+    """``topics``: ``wire.config.TopicNames`` of the deployment. ``since``: per ``kv-events``
+    partition, the first offset to account for (a fault deleted the ``index-ops`` records of
+    the events before it); None: every event.
 
     All runs of one event for one shard are written in one ``index-ops`` record (the rechunk
     agent groups one take by shard), so (event, shard) identifies them; seen again in another
-    record it is a re-delivery."""
+    record it is a re-delivery. Events the pipeline does not apply (wrong key, out of order:
+    ``kvcompass.event_order``) are counted invalid, as it dead-letters them."""
     rechunker = new_replay(dep, n_shards).rechunker
+    order = EventOrder()
     expected: dict[tuple[int, int], int] = {}
     total = invalid = 0
+    start = since or {}
     for rec in read_kafka(bootstrap, topics.kv_events, timeout_s=timeout_s):
         total += 1
         try:
             name, ev = CODEC.decode(rec.value or b"")
             if name != "KvEvent":
                 raise InvalidInputError(f"expected KvEvent; got {name}")
+            if worker_key_mismatch(rec.key, int(ev["worker_id"])) is not None:
+                raise InvalidInputError("key")
+            w, seq = int(ev["worker_id"]), int(ev["engine_seq"])
+            if order.judge(w, seq, rec.partition, rec.offset) is not Verdict.APPLY:
+                raise InvalidInputError("order")
+            order.accept(w, seq, rec.partition, rec.offset)
             src = EventRef(
                 int(ev["worker_id"]),
                 int(ev["engine_seq"]),
@@ -320,7 +341,7 @@ def count_events(
         except (InvalidInputError, KeyError, ValueError):
             invalid += 1
             continue
-        if runs:
+        if runs and rec.offset >= start.get(rec.partition, 0):
             expected[(rec.partition, rec.offset)] = sum(_key_ops(b) for b in runs)
     seen: dict[tuple[int, int, int], int] = {}
     duplicates = 0
@@ -332,6 +353,8 @@ def count_events(
             continue
         here: dict[tuple[int, int, int], int] = {}
         for b in runs:
+            if b.source.offset < start.get(b.source.partition, 0):
+                continue
             k = (b.source.partition, b.source.offset, b.shard)
             here[k] = here.get(k, 0) + _key_ops(b)
         for k, n in here.items():
@@ -396,12 +419,14 @@ class ClearedWatch:
 
     def __init__(self, bootstrap: str, topic: str, start: dict[int, int]) -> None:
         self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "log_level": 2,
-                "group.id": f"e2e-watch-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-            }
+            librdkafka_conf(
+                bootstrap,
+                {
+                    "log_level": 2,
+                    "group.id": f"e2e-watch-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                },
+            )
         )
         self.consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
         self.cleared: set[int] = set()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
 
-from pipeline.config import PipelineConfig
+from wire.config import PipelineConfig
 
 _PR_SET_PDEATHSIG = 1
 T = TypeVar("T")
