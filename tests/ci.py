@@ -22,10 +22,10 @@ def missing(why: str) -> NoReturn:
 
 
 def require_file(path: Path) -> Path:
-    """``path`` if it is a file; otherwise ``missing`` (data files: ``kvcompass.cli.data``)."""
+    """``path`` if it is a file; otherwise ``missing`` (data files: ``sim.datasets``)."""
     if not path.is_file():
         missing(
-            f"data file not found: {path} (../shared/data beside the repository, or set "
+            f"data file not found: {path} (data/ in the repository, vendored; or set "
             "KVCOMPASS_DATA_DIR)"
         )
     return path

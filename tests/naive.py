@@ -175,9 +175,16 @@ def ludo_dirty_images(table: LudoTable) -> tuple[PatchBatch, list[int], list[int
     buckets = np.sort(st.blist[: st.meta[M_NB]]).astype(np.int64)
     words = np.sort(st.wlist[: st.meta[M_NW]]).astype(np.int64)
     batch = batch_from_arrays(
-        table.params, st.seeds, st.values, st.fps, st.locator, buckets, words,
-        header=False, commit=False,
-    )  # fmt: skip
+        table.params,
+        st.seeds,
+        st.values,
+        st.fps,
+        st.locator,
+        buckets,
+        words,
+        header=False,
+        commit=False,
+    )
     return batch, buckets.tolist(), words.tolist()
 
 
@@ -282,7 +289,7 @@ def router_joint_score(
 ) -> RouterScoreRef:
     """Reference for ``_score_kernel``: the paper's formula written out per worker.
 
-    Ties go to the lower id as in the kernel.
+    Ties go to the lower tie-break order (``ROW_ORDER``), then the lower id, as in the kernel.
     """
     n = len(matched_tokens)
     beta = [float(x) for x in state[_rs.ROW_BETA]]
@@ -299,6 +306,8 @@ def router_joint_score(
 
     tq = [(est[r] + (pending[r] if herding else 0.0)) if load_aware else 0.0 for r in range(n)]
     lam = min(lam_max, min(tq) / tau) if load_aware else 0.0
+    if params[_rs.P_FIX_LAMBDA]:
+        lam = float(params[_rs.P_LAMBDA])
     m = [int(matched_tokens[r]) if (local[r] or xregion) else 0 for r in range(n)]
     b = [belief[r] if use_belief else 1.0 for r in range(n)]
     reload = [
@@ -309,9 +318,10 @@ def router_joint_score(
         wan[r] + tq[r] + (1 + lam) * beta[r] * (prompt_tokens - b[r] * m[r]) + reload[r]
         for r in range(n)
     ]
-    winner = min(range(n), key=lambda r: (scores[r], r))
+    order = [float(x) for x in state[_rs.ROW_ORDER]]
+    winner = min(range(n), key=lambda r: (scores[r], order[r], r))
     holders = [r for r in range(n) if local[r] and m[r] > 0]
-    holder = min(holders, key=lambda r: (scores[r], r)) if holders else -1
+    holder = min(holders, key=lambda r: (scores[r], order[r], r)) if holders else -1
     lost = False
     if holder >= 0 and not (local[winner] and m[winner] > 0):
         lost = scores[holder] - tq[holder] <= scores[winner] - tq[winner]

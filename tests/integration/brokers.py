@@ -4,7 +4,7 @@ Owns reading ``KVCOMPASS_TEST_BROKER`` and building testcontainers' ``KafkaConta
 fixture that starts and stops the broker is ``tests/integration/conftest.py``. Choices:
 
 * ``local`` (default; this project's machines and CI have no Docker engine):
-  ``pipeline.kafka_local.LocalBroker``, the KRaft broker of ``infra/local``, on free ports;
+  ``wire.kafka_local.LocalBroker``, the KRaft broker of ``infra/local``, on free ports;
 * ``testcontainers``: ``KafkaContainer`` in KRaft mode; fails if no Docker engine answers;
 * ``auto``: ``testcontainers`` where a Docker engine answers, ``local`` otherwise.
 

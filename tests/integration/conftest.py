@@ -2,7 +2,7 @@
 
 Which broker is an explicit choice (``tests/integration/brokers.py``): ``KAFKA_BOOTSTRAP_SERVERS``
 names a running one; otherwise ``KVCOMPASS_TEST_BROKER`` = ``local`` (the default:
-``pipeline.kafka_local.LocalBroker`` on free ports with a throw-away state directory; the jar
+``wire.kafka_local.LocalBroker`` on free ports with a throw-away state directory; the jar
 cache under ``${KVCOMPASS_CACHE:-~/.cache/kvcompass}`` is shared, the first run fetches the jars
 with Maven), ``testcontainers`` (testcontainers' ``KafkaContainer``; needs a Docker engine) or
 ``auto`` (the container where Docker answers, else local). The fixture logs which one it uses.
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pipeline.config import PipelineConfig
-from pipeline.kafka_local import BrokerError, LocalBroker
 from tests.ci import missing
 from tests.integration.brokers import KAFKA_IMAGE, broker_choice, docker_answers, kafka_container
+from wire.config import PipelineConfig
+from wire.kafka_local import BrokerError, LocalBroker
 
 log = logging.getLogger(__name__)
 

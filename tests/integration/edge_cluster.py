@@ -25,7 +25,7 @@ from kvcompass.index import DiscoveryIndex
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
-from pipeline.producer import MemoryProducer
+from wire.producer import MemoryProducer
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker
 
@@ -154,4 +154,23 @@ async def prime(worker: EmulatedWorker, tokens: list[int]) -> None:
         assert r.status == 200, await r.text()
 
 
-__all__ = ["Cluster", "cluster", "prime", "prompt", "web"]
+async def generate(client: Any, tokens: list[int], rid: str, **extra: Any) -> dict[str, Any]:
+    """``POST /generate`` through an edge (2 new tokens); the answer, after checking the edge
+    answered 200 and echoed the request id."""
+    body = {"input_ids": tokens, "sampling_params": {"max_new_tokens": 2}, **extra}
+    r = await client.post("/generate", json=body, headers={"X-Request-Id": rid})
+    assert r.status == 200, await r.text()
+    assert r.headers["X-Request-Id"] == rid
+    out: dict[str, Any] = await r.json()
+    return out
+
+
+async def explain(client: Any, rid: str) -> dict[str, Any]:
+    """The edge's ``/debug/explain`` entry of request ``rid``."""
+    r = await client.get(f"/debug/explain/{rid}")
+    assert r.status == 200
+    out: dict[str, Any] = await r.json()
+    return out
+
+
+__all__ = ["Cluster", "cluster", "explain", "generate", "prime", "prompt", "web"]

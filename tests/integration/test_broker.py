@@ -1,5 +1,6 @@
-"""Against a real broker: topics of DESIGN §7 with the right partitions and configs, refusal of a
-mismatched index-ops, Avro records through Kafka, and Faust's client (aiokafka) on this broker."""
+"""Against a real broker: topics of architecture §7 with the right partitions and configs, refusal
+of a mismatched index-ops, Avro records through Kafka, and Faust's client (aiokafka) on this
+broker."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from kvcompass.errors import ConfigError
-from pipeline.codec import AvroCodec, PatchKind, decode_patch_key, encode_patch_key, int32_key
-from pipeline.config import PipelineConfig
-from pipeline.registry import InProcessRegistry
-from pipeline.topics import ensure_topics, topic_specs
+from wire.codec import AvroCodec, PatchKind, decode_patch_key, encode_patch_key, int32_key
+from wire.config import PipelineConfig
+from wire.registry import InProcessRegistry
+from wire.topics import ensure_topics, topic_specs
 
 pytestmark = pytest.mark.integration
 

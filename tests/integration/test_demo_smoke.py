@@ -17,8 +17,9 @@ from rich.console import Console
 
 from e2e import report
 from e2e.cluster import ClusterSpec, LocalCluster
-from e2e.demo import DEFAULT_SCHEMES, SGLANG_GATEWAY, DemoPlan, run_demo, runs
+from e2e.demo import run_demo, runs
 from e2e.gateways import gateway_missing
+from e2e.spec import DEFAULT_SCHEMES, SGLANG_GATEWAY, DemoPlan
 from tests.ci import missing
 from tests.integration.small_deployment import small_deployment
 

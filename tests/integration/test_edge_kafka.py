@@ -25,12 +25,12 @@ from edge.config import EdgeConfig
 from edge.main import run_edge
 from kvcompass.index import DiscoveryIndex, ShardPatch
 from kvcompass.layout import TableLayout
-from pipeline.codec import AvroCodec, int32_key
-from pipeline.config import PipelineConfig
-from pipeline.patch_sink import PatchSink
-from pipeline.registry import InProcessRegistry
-from pipeline.topics import ensure_topics
 from tests.integration import edge_cluster as ec
+from wire.codec import AvroCodec, int32_key
+from wire.config import PipelineConfig
+from wire.patches import PatchSink
+from wire.registry import InProcessRegistry
+from wire.topics import ensure_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -70,6 +70,8 @@ def _config(pipe: PipelineConfig, view_dir: Path | None) -> EdgeConfig:
         region="us", model=ec.MODEL, port=0, loads_poll_period_ms=0.0,
         view_dir=None if view_dir is None else str(view_dir), pipeline=pipe,
         offsets_flush_period_ms=50.0,
+        # a consumer that stops fetching (wire.follower_watch) is assigned again within the wait
+        patch_stall_check_ms=2_000.0,
     )  # fmt: skip
 
 
@@ -82,8 +84,9 @@ async def _start(cfg: EdgeConfig) -> tuple[EdgeApp, asyncio.Event, asyncio.Task[
 
 
 def _answer(edge: EdgeApp, tokens: list[int]) -> tuple[int, list[int], list[int]]:
-    d, lk = edge.service.discovery.decide(np.asarray(tokens, np.int32), 0.0)
-    return d.worker, lk.match.matched_tokens.tolist(), lk.match.tiers.tolist()
+    ex = edge.service.decide("probe", np.asarray(tokens, np.int32))  # decided, not dispatched
+    lk = ex.lookup
+    return ex.decision.worker, lk.match.matched_tokens.tolist(), lk.match.tiers.tolist()
 
 
 def _follower_state(edge: EdgeApp, tokens: list[int]) -> dict[str, Any]:
@@ -94,6 +97,8 @@ def _follower_state(edge: EdgeApp, tokens: list[int]) -> dict[str, Any]:
         "stats": None if f is None else dataclasses.asdict(f.applier.stats),
         "next_offset": None if f is None else dict(f.applier.next_offset),
         "resumed": None if f is None else dict(f.resumed),
+        "stalled": None if f is None else list(f.stalled),
+        "rdkafka": None if f is None else {p: v.as_dict() for p, v in f.rdkafka.items()},
     }
 
 
@@ -120,8 +125,10 @@ def test_restart_resumes_from_view_files__and_late_edge_bootstraps_same_view(
         hasher = edge.service.discovery.hasher
         maint.register(2, p1, hasher)
         maint.register(0, p2, hasher)
-        await _until(lambda: _answer(edge, p1)[1][2] == 7552, "edge A to see worker 2's prefix")
-        await _until(lambda: _answer(edge, p2)[1][0] == 1024, "edge A to see worker 0's prefix")
+        await _until(lambda: _answer(edge, p1)[1][2] == 7552, "edge A to see worker 2's prefix",
+                     lambda: _follower_state(edge, p1))  # fmt: skip
+        await _until(lambda: _answer(edge, p2)[1][0] == 1024, "edge A to see worker 0's prefix",
+                     lambda: _follower_state(edge, p2))  # fmt: skip
         before = [_answer(edge, p) for p in (p1, p2, p3)]
         records_first_run = edge.patch_follower.applier.stats.records
         stop.set()
@@ -132,7 +139,8 @@ def test_restart_resumes_from_view_files__and_late_edge_bootstraps_same_view(
         assert edge.patch_follower.resumed  # offsets came from the view files
         stats = edge.patch_follower.applier.stats
         assert 0 < stats.records < records_first_run  # only what it missed
-        await _until(lambda: _answer(edge, p3)[1][3] > 0, "edge A to see the missed patch")
+        await _until(lambda: _answer(edge, p3)[1][3] > 0, "edge A to see the missed patch",
+                     lambda: _follower_state(edge, p3))  # fmt: skip
         after = [_answer(edge, p) for p in (p1, p2)]
         assert after == before[:2]
         a_final = [_answer(edge, p) for p in (p1, p2, p3)]
@@ -203,17 +211,66 @@ def test_queue_vectors__fold_into_router_and_bad_records_dead_lettered(
         cfg = dataclasses.replace(_config(pipeline_config, None), view_dir=None)
         edge, stop, task = await _start(cfg)
         await asyncio.sleep(0.5)  # the follower starts at the end of the topic
-        rec = {"region_id": 1, "worker_ids": [2], "queue_ms": [75.0], "seq": 1, "timestamp_ms": 1}
+        rec = {"region_id": 1, "worker_ids": [2], "queue_ms": [75.0], "seq": 1,
+               "timestamp_ms": int(time.time() * 1000)}  # fmt: skip
         producer.produce(topic, codec.encode("QueueVector", rec), int32_key(1))
         producer.produce(topic, b"\x00garbage", int32_key(1))
         bad = {**rec, "worker_ids": [0], "seq": 2}  # worker 0 is in region us, not eu
         producer.produce(topic, codec.encode("QueueVector", bad), int32_key(1))
         assert producer.flush(30) == 0
-        qv = edge.service.router.queue_view
+        qv = edge.service.decider.router.queue_view
         m = edge.service.metrics
         await _until(lambda: m.get("dead_letters_total", topic=topic) == 2, "two dead letters")
         assert qv.queue_ms[2] == pytest.approx(75.0)
         assert m.total("queue_vectors_total") == 1
+        stop.set()
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_queue_vector_consumer_that_stops_reading__watch_assigns_it_again(
+    kafka_admin: AdminClient, pipeline_config: PipelineConfig
+) -> None:
+    """The queue-vectors consumer gets the patch follower's stall watch (``wire.consumer_watch``):
+    dropped from its partitions (as a ``leader=-1`` consumer reads nothing and says nothing), it
+    is assigned again where it stood, and the vector written meanwhile is applied."""
+    ensure_topics(kafka_admin, pipeline_config)
+    codec = AvroCodec(InProcessRegistry())
+    producer = Producer({"bootstrap.servers": pipeline_config.bootstrap_servers})
+    topic = pipeline_config.topics.queue_vectors
+
+    def vector(q: float) -> bytes:
+        rec = {"region_id": 1, "worker_ids": [2], "queue_ms": [q], "seq": int(time.time() * 1000),
+               "timestamp_ms": int(time.time() * 1000)}  # fmt: skip
+        return codec.encode("QueueVector", rec)
+
+    async def scenario() -> None:
+        Maintenance(pipeline_config).send([])
+        cfg = dataclasses.replace(_config(pipeline_config, None), view_dir=None,
+                                  patch_stall_check_ms=200.0)  # fmt: skip
+        edge, stop, task = await _start(cfg)
+        await asyncio.sleep(0.5)  # the follower starts at the end of the topic
+        qv = edge.service.decider.router.queue_view
+        producer.produce(topic, vector(75.0), int32_key(1))
+        assert producer.flush(30) == 0
+        await _until(lambda: qv.queue_ms[2] == pytest.approx(75.0), "the first vector")
+        edge.vector_follower.consumer.unassign()  # reads nothing from now on, says nothing
+        await asyncio.sleep(0.1)
+        producer.produce(topic, vector(33.0), int32_key(1))
+        assert producer.flush(30) == 0
+        f = edge.vector_follower
+
+        def state() -> str:
+            pos = f.consumer.position(f.consumer.assignment()) if f.consumer.assignment() else []
+            return (
+                f"queue {qv.queue_ms[2]}, last_seq {f.last_seq}, assigned "
+                f"{[(t.partition, t.offset) for t in pos]}, stalled {f.watch.stalled}"
+            )
+
+        await _until(lambda: qv.queue_ms[2] < 75.0, "the watch to reassign and read the vector",
+                     state, seconds=20.0)  # fmt: skip
+        assert edge.service.metrics.total("queue_vector_stalls_total") >= 1
         stop.set()
         await task
 
@@ -288,10 +345,11 @@ def test_mirrored_topics__patches_from_home_copy_and_queue_vectors_from_remote_c
         edge, stop, task = await _start(dataclasses.replace(_config(pipe, None), view_dir=None))
         maint.register(2, tokens, edge.service.discovery.hasher)
         await _until(lambda: _answer(edge, tokens)[1][2] == 7552, "the home copy's patches")
-        rec = {"region_id": 1, "worker_ids": [2], "queue_ms": [75.0], "seq": 1, "timestamp_ms": 1}
+        rec = {"region_id": 1, "worker_ids": [2], "queue_ms": [75.0], "seq": 1,
+               "timestamp_ms": int(time.time() * 1000)}  # fmt: skip
         producer.produce(eu.topics.queue_vectors, codec.encode("QueueVector", rec), int32_key(1))
         assert producer.flush(30) == 0
-        qv = edge.service.router.queue_view
+        qv = edge.service.decider.router.queue_view
         await _until(lambda: qv.queue_ms[2] == pytest.approx(75.0), "eu's queue vector copy")
         stop.set()
         await task

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = textwrap.dedent(
     """
     import argparse, sys
-    from kvcompass.cli import edge
+    from cli import edge
     p = argparse.ArgumentParser(); sub = p.add_subparsers()
     edge.register(sub)
     args = p.parse_args(sys.argv[1:])

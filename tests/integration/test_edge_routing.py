@@ -25,22 +25,6 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def _generate(client: Any, tokens: list[int], rid: str, **extra: Any) -> dict[str, Any]:
-    body = {"input_ids": tokens, "sampling_params": {"max_new_tokens": 2}, **extra}
-    r = await client.post("/generate", json=body, headers={"X-Request-Id": rid})
-    assert r.status == 200, await r.text()
-    assert r.headers["X-Request-Id"] == rid
-    out: dict[str, Any] = await r.json()
-    return out
-
-
-async def _explain(client: Any, rid: str) -> dict[str, Any]:
-    r = await client.get(f"/debug/explain/{rid}")
-    assert r.status == 200
-    out: dict[str, Any] = await r.json()
-    return out
-
-
 def test_remote_holder_beyond_n1__forwarded_there_and_reuse_reported() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
@@ -48,8 +32,8 @@ def test_remote_holder_beyond_n1__forwarded_there_and_reuse_reported() -> None:
             tokens = ec.prompt(8000, seed=1)
             await ec.prime(c.workers[2], tokens)  # eu worker really caches it
             c.register(2, tokens)
-            out = await _generate(client, tokens, "r-remote")
-            ex = await _explain(client, "r-remote")
+            out = await ec.generate(client, tokens, "r-remote")
+            ex = await ec.explain(client, "r-remote")
             assert ex["winner"] == 2 and ex["served_by"] == 2
             assert ex["claimed_tokens"] == 7552  # 1.5·n1(us→eu), the longest level reached
             assert out["meta_info"]["cached_tokens"] >= ex["claimed_tokens"]
@@ -67,8 +51,8 @@ def test_remote_holder_below_n1__stays_local() -> None:
             tokens = ec.prompt(3000, seed=2)  # n1(us→eu) = 3776 > 3000
             await ec.prime(c.workers[2], tokens)
             c.register(2, tokens)
-            await _generate(client, tokens, "r-below")
-            ex = await _explain(client, "r-below")
+            await ec.generate(client, tokens, "r-below")
+            ex = await ec.explain(client, "r-below")
             assert ex["served_by"] in (0, 1)  # a us worker
             assert all(cand["matched_tokens"] == 0 for cand in ex["candidates"])
             r = await client.post("/debug/lookup", json={"input_ids": tokens})
@@ -84,13 +68,13 @@ def test_congested_local_holder__loses_to_idle_recompute() -> None:
             tokens = ec.prompt(2000, seed=3)
             await ec.prime(c.workers[0], tokens)
             c.register(0, tokens)
-            router = app.service.router
-            router.set_local_queues([0.0, 0.0], app.service.clock_ms())
-            await _generate(client, tokens, "r-idle")
-            assert (await _explain(client, "r-idle"))["served_by"] == 0  # holder wins when idle
-            router.set_local_queues([5000.0, 0.0], app.service.clock_ms())
-            await _generate(client, tokens, "r-busy")
-            ex = await _explain(client, "r-busy")
+            svc = app.service
+            svc.on_local_loads(np.array([0, 1]), np.array([0.0, 0.0]), svc.clock_ms())
+            await ec.generate(client, tokens, "r-idle")
+            assert (await ec.explain(client, "r-idle"))["served_by"] == 0  # holder wins when idle
+            svc.on_local_loads(np.array([0, 1]), np.array([5000.0, 0.0]), svc.clock_ms())
+            await ec.generate(client, tokens, "r-busy")
+            ex = await ec.explain(client, "r-busy")
             assert ex["served_by"] == 1
             assert ex["local_holder"] == 0 and ex["local_holder_lost_to_load"]
 
@@ -104,8 +88,8 @@ def test_dead_winner__retried_once_on_next_best() -> None:
             await c.workers[0].close()  # winner (holder) is gone
             app, client = await c.add_edge("us")
             c.register(0, tokens)
-            await _generate(client, tokens, "r-retry")
-            ex = await _explain(client, "r-retry")
+            await ec.generate(client, tokens, "r-retry")
+            ex = await ec.explain(client, "r-retry")
             assert ex["winner"] == 0 and ex["served_by"] != 0
             assert len(ex["attempts"]) == 1 and ex["attempts"][0]["worker"] == 0
             assert app.service.metrics.total("retries_total") == 1
@@ -147,7 +131,7 @@ def test_streaming_chat__chunks_reshaped_and_feedback_recorded() -> None:
             # the client did not ask for usage: the edge asked the worker for it (that is how
             # it learns the reuse) and keeps it out of the client's stream
             assert not any("usage" in ch for ch in chunks)
-            ex = await _explain(client, "r-chat")
+            ex = await ec.explain(client, "r-chat")
             assert ex["reused_tokens"] is not None
 
     run(scenario())
@@ -157,18 +141,23 @@ def test_relay_through_peer_edge__piggybacked_queue_vector_refreshes_estimate() 
     async def scenario() -> None:
         async with ec.cluster() as c:
             eu_app, eu_client = await c.add_edge("eu")
-            eu_app.service.router.set_local_queues([42.0], eu_app.service.clock_ms())
+            eu = eu_app.service
+            read_at = eu.clock_ms()
+            eu.on_local_loads(np.array([2]), np.array([42.0]), read_at)
             peer_url = str(eu_client.make_url("")).rstrip("/")
             app, client = await c.add_edge("us", peers={"eu": peer_url})
             tokens = ec.prompt(8000, seed=5)
             await ec.prime(c.workers[2], tokens)
             c.register(2, tokens)
-            await _generate(client, tokens, "r-relay")
-            ex = await _explain(client, "r-relay")
+            await ec.generate(client, tokens, "r-relay")
+            ex = await ec.explain(client, "r-relay")
             assert ex["served_by"] == 2
-            qv = app.service.router.queue_view
+            qv = app.service.decider.router.queue_view
             assert np.isfinite(qv.staleness_ms(app.service.clock_ms())[2])
-            assert qv.queue_ms[2] == pytest.approx(42.0)
+            # eu's booking piggybacked as the response left: the 42 ms reading, aged by the time
+            # since, plus this request's own prefill, booked there until its first token
+            aged = 42.0 - (app.service.clock_ms() - read_at)
+            assert aged - 1.0 <= qv.queue_ms[2] <= 42.0 + ex["predicted_service_ms"] + 1.0
             assert app.service.metrics.get("piggybacks_total", result="ok") == 1
 
     run(scenario())
@@ -178,10 +167,13 @@ def test_every_decision__published_as_routing_decision_record() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
             app, client = await c.add_edge("us")
+            edge_ids = []
             for i in range(3):
-                await _generate(client, ec.prompt(300, seed=10 + i), f"r-rec-{i}")
+                await ec.generate(client, ec.prompt(300, seed=10 + i), f"r-rec-{i}")
+                edge_ids.append((await ec.explain(client, f"r-rec-{i}"))["request_id"].encode())
             recs = c.sinks["us"].of(app.pipeline.topics.routing_decisions)
-            assert [k for k, _ in recs] == [b"r-rec-0", b"r-rec-1", b"r-rec-2"]
+            # keyed by the edge's own request id (the client's X-Request-Id is kept apart)
+            assert [k for k, _ in recs] == edge_ids and len(set(edge_ids)) == 3
             _, rec = app.service.codec.decode(recs[0][1])
             assert rec["edge_region_id"] == 0 and rec["prompt_tokens"] == 300
             assert rec["candidates"][0]["worker_id"] == rec["chosen_worker_id"]
@@ -195,13 +187,14 @@ def test_hot_remote_prefix__migration_request_published_for_idle_local_worker() 
             app, client = await c.add_edge("us")
             now = [0.0]
             app.service.clock_ms = lambda: now[0]  # a fake clock: idleness needs 500 ms
-            app.service.router.set_local_queues([0.0, 0.0], 0.0)
+            app.service.on_local_loads(np.array([0, 1]), np.array([0.0, 0.0]), 0.0)
             tokens = ec.prompt(8000, seed=6)
+            app.service.decide("idle-at-0", np.asarray(tokens[:16], np.int32))  # seen idle at 0
             await ec.prime(c.workers[2], tokens)
             c.register(2, tokens)
             for i in range(3):  # H = 3 misses of one family within T_h = 1 s
                 now[0] = 1000.0 + i
-                await _generate(client, tokens, f"r-hot-{i}")
+                await ec.generate(client, tokens, f"r-hot-{i}")
             recs = c.sinks["us"].of(app.pipeline.topics.migrations)
             assert len(recs) == 1
             _, mig = app.service.codec.decode(recs[0][1])
@@ -209,7 +202,7 @@ def test_hot_remote_prefix__migration_request_published_for_idle_local_worker() 
             assert mig["source_worker_id"] == 2 and mig["target_worker_id"] in (0, 1)
             n = mig["prefix_length_tokens"]
             assert n == 7552 and mig["prefix_tokens"] == np.asarray(tokens[:n], "<i4").tobytes()
-            assert mig["first_level_key"] == (await _explain(client, "r-hot-2"))["family_key"]
+            assert mig["first_level_key"] == (await ec.explain(client, "r-hot-2"))["family_key"]
 
     run(scenario())
 
@@ -220,13 +213,15 @@ def test_local_loads_poll__live_readings_refresh_local_estimates() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
             app, _ = await c.add_edge("us")
-            qv = app.service.router.queue_view
-            assert not np.isfinite(qv.staleness_ms(app.service.clock_ms())[[0, 1]]).any()
+            booking = app.service.decider.booking  # route-and-reserve: readings go to it
+            assert booking is not None
+            assert not np.isfinite([booking.read_at(0), booking.read_at(1)]).any()
             loads = LocalLoads(app)
             await loads.poll_once()
             assert loads.polls == 1
-            assert np.isfinite(qv.staleness_ms(app.service.clock_ms())[[0, 1]]).all()
-            assert qv.queue_ms[0] == 0.0  # idle emulated workers report no waiting tokens
+            assert np.isfinite([booking.read_at(0), booking.read_at(1)]).all()
+            assert loads.values.tolist() == [0.0, 0.0]  # idle workers: no waiting tokens
+            assert booking.waits(app.service.clock_ms()).tolist() == [0.0, 0.0]
 
     run(scenario())
 
@@ -237,12 +232,12 @@ def test_index_claims_what_the_worker_lacks__false_hit_counted_and_belief_lowere
             app, client = await c.add_edge("us")
             tokens = ec.prompt(2000, seed=7)
             c.register(0, tokens)  # the index says worker 0 holds it; the worker never saw it
-            await _generate(client, tokens, "r-false")
-            ex = await _explain(client, "r-false")
+            await ec.generate(client, tokens, "r-false")
+            ex = await ec.explain(client, "r-false")
             assert ex["served_by"] == 0 and ex["claimed_tokens"] == 1024
             assert ex["reused_tokens"] == 0
             assert app.service.metrics.total("false_hits_total") == 1
-            assert app.service.router.belief.belief[0] < 1.0
+            assert app.service.decider.router.belief.belief[0] < 1.0
             r = await client.get("/metrics")
             values = {s.name: s.value for f in text_string_to_metric_families(await r.text())
                       for s in f.samples if not s.labels}  # fmt: skip
@@ -257,8 +252,8 @@ def test_partial_worker_map__routable_worker_serves_not_503() -> None:
             _, client = await c.add_edge("us", only_workers=[3])  # asia only, no peers
             tokens = ec.prompt(3000, seed=21)
             c.register(0, tokens)  # the best holder has no URL at this edge
-            await _generate(client, tokens, "r-partial")
-            ex = await _explain(client, "r-partial")
+            await ec.generate(client, tokens, "r-partial")
+            ex = await ec.explain(client, "r-partial")
             assert ex["winner"] == 3 and ex["served_by"] == 3
 
     run(scenario())

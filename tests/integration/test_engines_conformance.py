@@ -24,11 +24,13 @@ import socket
 import sys
 import time
 import uuid
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import zmq
@@ -38,16 +40,17 @@ from confluent_kafka.admin import AdminClient
 
 from kvcompass.deployment import Deployment, Region
 from kvcompass.keys import KeyNamespace, prompt_key
-from pipeline.codec import AvroCodec
-from pipeline.config import PipelineConfig
-from pipeline.producer import KafkaProducer
-from pipeline.registry import InProcessRegistry
-from pipeline.topics import ensure_topics
 from tests.integration.kv_holdings import holdings
-from workers.bridge import RankBridge
+from wire.codec import AvroCodec
+from wire.config import PipelineConfig
+from wire.producer import KafkaProducer
+from wire.registry import InProcessRegistry
+from wire.topics import ensure_topics
+from workers.bridge import Apply, RankBridge
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker, kv_events_fields
+from workers.protocol import decode_payload
 from workers.sidecar import kv_emitter, make_bridges, parse_server_info
 
 _spec = importlib.util.spec_from_file_location("engines", Path(__file__).with_name("engines.py"))
@@ -349,3 +352,30 @@ def test_emulated_worker_advertises_sglangs_block__same_flags_same_kv_events(
     want = engines.sglang_runtime_context.describe_kv_events_publisher(_server_args(flag, 16, 1))
     assert got["kv_events"] == want
     assert json.loads(got["kv_events_config"])["endpoint"] == f"tcp://127.0.0.1:{base}"
+
+
+def test_sglang_salted_store__cache_salt_kept_and_keyed_in_its_sharing_group(
+    engines: Any,
+) -> None:
+    """SGLang 0.5.23's recorder on a node stored under ``cache_salt`` (what the edge sets to a
+    tenant's sharing group): its ``BlockStored`` carries the salt, our decoder keeps it, and the
+    sidecar's bridge keys the pages in that group's namespace, where the edge looks the group's
+    requests up (``edge/isolation.py``)."""
+    kv, ev = engines.sglang_kv_events, engines.sglang_events
+    rec = ev.KVCacheEventRecorder(enabled=True, page_size=4)
+    root = eng.root()
+    node = eng.Node(eng.Key(array("q", P[:16]), cache_salt="acme"), root)
+    root.children.append(node)
+    rec.record_store(node)
+    payload = msgspec.msgpack.Encoder().encode(kv.KVEventBatch(ts=1.0, events=rec.take()))
+    batch = decode_payload(0, payload)
+    assert [getattr(e, "cache_salt", None) for e in batch.events] == ["acme"]
+    bridge = RankBridge(0, 0, NS, [8, 16])
+    bridge.start(0)
+    step = bridge.offer(batch)
+    assert isinstance(step, Apply)
+    (stored,) = [r for r in step.records if r["op"] == "STORED"]
+    acme = KeyNamespace(MODEL, "", "acme")
+    assert stored["sharing_group"] == "acme"
+    want = [prompt_key(acme, np.array(P[:n]), n) for n in (8, 16)]
+    assert stored["registration_keys"] == want

@@ -64,7 +64,13 @@ def test_faults__shared_broker__served_views_equal_truth_nothing_lost(
         load = BackgroundLoad(cluster.edge_urls, clients=3, seed=1)
         results = run_scenarios(
             cluster,
-            ["maintenance-crash", "edge-restart", "queue-vectors-drop", "poison-record"],
+            [
+                "maintenance-crash",
+                "edge-restart",
+                "queue-vectors-drop",
+                "poison-record",
+                "index-ops-lost",
+            ],
             hold_s=3.0,
             settle_s=2.0,
             load=load,
@@ -78,6 +84,12 @@ def test_faults__shared_broker__served_views_equal_truth_nothing_lost(
         assert restart.load.failed == 0, restart.load.errors  # refused while down, never 5xx
         poison = results[3]
         assert poison.events is not None and poison.events.dead_letters >= 1  # and nothing lost
+        lost = results[4]  # every shard's index-ops tail deleted: rebuilt from kv-events
+        healed = sum(cluster.spawner.children[f"maintenance-{i}"].log_path.read_text(
+            errors="replace").count("self-healed") for i in range(2))  # fmt: skip
+        assert healed >= 1, "no shard rebuilt itself from kv-events"
+        print(f"index-ops-lost: {lost.fault}; {healed} shard rebuilds; views {lost.views}; "
+              f"events {lost.events}")  # fmt: skip
 
         cluster.flush_caches()
         after = cluster.check_views()
@@ -115,7 +127,7 @@ def test_start_failure__names_the_process_and_its_log__no_orphans(
             n_maintenance=1,
             bootstrap_servers=kafka_bootstrap,
             topic_prefix=topic_prefix,
-            edge_policy="no-such-policy",
+            edge_scheme="no-such-scheme",
             start_timeout_s=60.0,
         ),
         tmp_path / "run",
@@ -124,7 +136,7 @@ def test_start_failure__names_the_process_and_its_log__no_orphans(
         cluster.start()
     text = str(err.value)
     assert "edge-" in text and "exited with code" in text and str(cluster.logs) in text
-    assert "no-such-policy" in text  # the tail of the edge's log says why
+    assert "no-such-scheme" in text  # the tail of the edge's log says why
     pids = [c.pid for c in cluster.spawner.children.values() if c.pid is not None]
     assert pids and _gone(pids)
     assert os.path.isdir(cluster.logs)

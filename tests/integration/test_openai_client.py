@@ -2,18 +2,22 @@
 completions and chat, streaming or not; usage only with ``stream_options.include_usage``, in a last
 chunk with empty ``choices``; ``n`` refused with 400 rather than silently answered once; ``stop``
 honoured; ``role`` only in a chat stream's first delta; ``/v1/models`` cards; the errors (404
-unknown model, 400 bad body, 413 too large, 400 context length)."""
+unknown model, 400 bad body, 413 too large, 400 context length); OpenAI's full request shapes (text
+content parts, prompt lists) and guidellm's default chat body."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from tests.client_shapes import guidellm_chat
 from tests.integration import edge_cluster as ec
 
 pytestmark = pytest.mark.timeout(120)
@@ -129,5 +133,67 @@ def test_models_and_errors__404_400_413_context_length() -> None:
             await edge.completions.create(model=ec.MODEL, prompt="y" * 3000, max_tokens=2)
         err: Any = too_long.value.body
         assert err["code"] == "context_length_exceeded"
+
+    _with_clients(body)
+
+
+def test_full_request_shapes__text_parts_and_prompt_lists() -> None:
+    """OpenAI's content-part form of a chat turn (what guidellm sends) reads as the same text;
+    another part type is a 400 naming it; a list of one prompt is that prompt. A list of several
+    is a batch at the worker (SGLang serves it) and a 400 saying why at the edge (one route per
+    request)."""
+    parts: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": [{"type": "text", "text": PROMPT}]}
+    ]
+    image: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+    ]  # fmt: skip
+
+    async def body(clients: list[openai.AsyncOpenAI]) -> None:
+        for cl in clients:
+            plain = await cl.chat.completions.create(model=ec.MODEL, messages=CHAT, max_tokens=5)
+            split = await cl.chat.completions.create(model=ec.MODEL, messages=parts, max_tokens=5)
+            assert split.choices[0].message.content == plain.choices[0].message.content
+            assert split.usage is not None and plain.usage is not None
+            assert split.usage.prompt_tokens == plain.usage.prompt_tokens
+            with pytest.raises(openai.BadRequestError) as bad:
+                await cl.chat.completions.create(model=ec.MODEL, messages=image, max_tokens=5)
+            assert "image_url" in str(bad.value)
+            one = await cl.completions.create(model=ec.MODEL, prompt=[PROMPT], max_tokens=4)
+            assert len(one.choices) == 1 and one.usage is not None
+            assert one.usage.completion_tokens == 4
+        edge, worker = clients
+        batch = await worker.completions.create(model=ec.MODEL, prompt=[PROMPT, "other"],
+                                                max_tokens=3)  # fmt: skip
+        assert [c.index for c in batch.choices] == [0, 1]
+        with pytest.raises(openai.BadRequestError) as several:
+            await edge.completions.create(model=ec.MODEL, prompt=[PROMPT, "other"], max_tokens=3)
+        assert "one prompt per request" in str(several.value)
+
+    _with_clients(body)
+
+
+def test_guidellm_default_chat_request__streams_with_usage_through_edge_and_worker() -> None:
+    """guidellm 0.8.1's exact chat body (``tests/client_shapes.py``), as raw JSON: 200, content
+    deltas, and the final usage chunk it reads (issue 30: 100 of 100 were refused)."""
+
+    async def body(clients: list[openai.AsyncOpenAI]) -> None:
+        async with aiohttp.ClientSession() as s:
+            for cl in clients:
+                url = str(cl.base_url).rstrip("/") + "/chat/completions"
+                req = guidellm_chat(ec.MODEL, PROMPT, output_tokens=6)
+                chunks = []
+                async with s.post(url, json=req) as r:
+                    assert r.status == 200, await r.text()
+                    async for line in r.content:
+                        data = line.strip()
+                        if data.startswith(b"data:") and data[5:].strip() != b"[DONE]":
+                            chunks.append(json.loads(data[5:]))
+                text = "".join(c["choices"][0]["delta"].get("content") or ""
+                               for c in chunks if c["choices"])  # fmt: skip
+                assert text and chunks[-1]["choices"] == []
+                assert chunks[-1]["usage"]["completion_tokens"] == 6
 
     _with_clients(body)

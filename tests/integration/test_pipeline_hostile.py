@@ -6,9 +6,13 @@ Tests run in file order on one worker and one set of topics:
 (b) a record whose dead letter the broker refuses (dead-letters' max.message.bytes lowered):
     rechunk holds, no offset is committed past the record, nothing after it is applied; once
     the topic accepts the dead letter again, processing resumes and everything is applied;
-(c) a restart after index-ops records were deleted (retention, here ``delete_records``) that
-    no checkpoint covers (checkpoints are off in this module): the shard refuses to recover,
-    keeps its last published epoch on every view, and is not wiped; the other shards go on.
+(c) a restart after a crash and after index-ops records were deleted (retention, here
+    ``delete_records``) that no checkpoint covers (checkpoints are off in this module): the
+    shard rebuilds itself from kv-events (issue 26 item 3; before: it refused and stayed frozen)
+    and every view converges to the truth, a fresh epoch published;
+(d) SIGTERM writes a final checkpoint of every shard, covering all of index-ops;
+(e) a wrong Kafka key, a stale duplicate (lower engine_seq) and a negative length are
+    dead-lettered with their reasons; view == truth == ``kvcompass replay``.
 """
 
 from __future__ import annotations
@@ -27,11 +31,6 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType  # (the package does not re-export)
 
 from kvcompass.layout import TableLayout
-from pipeline.codec import AvroCodec
-from pipeline.config import PipelineConfig
-from pipeline.registry import InProcessRegistry
-from pipeline.topics import ensure_topics
-from pipeline.view_sync import ViewSync
 from tests.integration.test_pipeline_worker import (
     DEP,
     LEVELS,
@@ -43,6 +42,11 @@ from tests.integration.test_pipeline_worker import (
     _mismatches,
     _wait,
 )
+from wire.codec import AvroCodec
+from wire.config import PipelineConfig
+from wire.patch_follower import PatchFollower, follow
+from wire.registry import InProcessRegistry
+from wire.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 CODEC_ = AvroCodec(InProcessRegistry())
@@ -73,9 +77,9 @@ def feed(cfg: PipelineConfig) -> Feed:
 
 
 @pytest.fixture(scope="module")
-def sync(cfg: PipelineConfig) -> Iterator[ViewSync]:
+def sync(cfg: PipelineConfig) -> Iterator[PatchFollower]:
     layout = TableLayout.for_regions([r.n_workers for r in DEP.regions])
-    s = ViewSync.open(cfg, layout, LEVELS.matrix, None)
+    s = follow(cfg, layout, LEVELS.matrix, None)
     yield s
     s.close()
 
@@ -110,7 +114,7 @@ def _log(worker: Worker) -> str:
 
 
 def test_one_megabyte_garbage_record_is_dead_lettered_and_valid_events_applied__poison(
-    worker: Worker, feed: Feed, sync: ViewSync, cfg: PipelineConfig
+    worker: Worker, feed: Feed, sync: PatchFollower, cfg: PipelineConfig
 ) -> None:
     garbage = b"\x7b" + np.random.default_rng(1).bytes(999_959)
     offset = _high(cfg, cfg.topics.kv_events, 0)
@@ -140,7 +144,7 @@ def test_one_megabyte_garbage_record_is_dead_lettered_and_valid_events_applied__
 
 
 def test_refused_dead_letter_holds_the_partition_then_resumes__broker_refuses(
-    worker: Worker, feed: Feed, sync: ViewSync, cfg: PipelineConfig, kafka_admin: AdminClient
+    worker: Worker, feed: Feed, sync: PatchFollower, cfg: PipelineConfig, kafka_admin: AdminClient
 ) -> None:
     before = len(_dead_letters(cfg))
     _set_max_message_bytes(kafka_admin, cfg.topics.dead_letters, 300)
@@ -172,15 +176,14 @@ def test_refused_dead_letter_holds_the_partition_then_resumes__broker_refuses(
     )
 
 
-def test_restart_after_deleted_index_ops_refuses_recovery_and_keeps_the_epoch__retention(
-    worker: Worker, feed: Feed, sync: ViewSync, cfg: PipelineConfig, kafka_admin: AdminClient,
+def test_restart_after_deleted_index_ops_rebuilds_the_shard_from_kv_events__retention(
+    worker: Worker, feed: Feed, sync: PatchFollower, cfg: PipelineConfig, kafka_admin: AdminClient,
     tmp_path: Path,
 ) -> None:  # fmt: skip
     assert sync.catch_up(WAIT_S)
-    truth_before = feed.truth()
-    assert _mismatches(sync, truth_before)[1] == 0
+    assert _mismatches(sync, feed.truth())[1] == 0
     seq_before = int(sync.view.last_seq[0])
-    worker.stop()
+    worker.kill()  # a crash: no final checkpoint (and periodic ones are off in this module)
     high = _high(cfg, cfg.topics.index_ops, 0)
     assert high > 2
     futs = kafka_admin.delete_records([TopicPartition(cfg.topics.index_ops, 0, high // 2)])
@@ -188,28 +191,36 @@ def test_restart_after_deleted_index_ops_refuses_recovery_and_keeps_the_epoch__r
         fut.result(30)
     worker.start()
     feed.send(300)
-    _wait(lambda: "RecoveryRefused" in _log(worker), WAIT_S, "shard 0 to refuse recovery")
-    truth_after = feed.truth()
-
-    def others_converged() -> bool:
-        sync.poll()
-        return _shard_mismatches(sync, truth_after, (1, 2)) == 0
-
-    _wait(others_converged, WAIT_S, "shards 1 and 2 to apply the new events")
-    # shard 0 still serves its last good epoch: exactly the entries before the restart
-    assert _shard_mismatches(sync, truth_before, (0,)) == 0
-    assert int(sync.view.last_seq[0]) == seq_before
-    assert "maintain[0] held" in _log(worker)
+    _wait(lambda: "rebuilding it from" in _log(worker), WAIT_S, "shard 0 to rebuild")
+    truth = feed.truth()
+    _wait(_converged(sync, truth), WAIT_S, "every shard, 0 included, to equal the truth")
+    log = _log(worker)
+    assert "RecoveryRefused" not in log and "maintain[0] held" not in log
+    assert int(sync.view.last_seq[0]) > seq_before  # a fresh epoch was published
     metrics = _scrape(worker)
-    assert "kvc_pipeline_recovery_refused_total" in metrics
-    assert _sample(metrics, "kvc_pipeline_recovery_refused_total") >= 1
-    assert _sample(metrics, 'kvc_pipeline_held{step="maintain[0]"}') == 1
-    kept = len(truth_before.index.shards[0].tables[0].items()[0])
-    print(
-        f"retention: index-ops[0] records below {high // 2} of {high} deleted; shard 0 kept its "
-        f"epoch (seq {seq_before}, {kept} entries of table 0, 0 mismatched); shards 1-2 applied "
-        f"the new events"
-    )
+    assert _sample(metrics, "kvc_pipeline_rebuilds_total") >= 1
+    checked, bad, _ = _mismatches(sync, truth)
+    line = next(x for x in log.splitlines() if "self-healed" in x)
+    print(f"retention: index-ops[0] records below {high // 2} of {high} deleted; {line.strip()}; "
+          f"{checked} live entries checked, {bad} mismatched")  # fmt: skip
+
+
+def test_graceful_stop_writes_a_final_checkpoint_of_every_shard__sigterm(
+    worker: Worker, feed: Feed, cfg: PipelineConfig
+) -> None:
+    from pipeline.checkpoint import read_records
+    from pipeline.reads import read_partition
+
+    feed.send(100)
+    time.sleep(3)
+    worker.stop()  # SIGTERM; checkpoints are otherwise off in this module
+    assert worker.proc is not None and worker.proc.returncode == 0, _log(worker)[-3000:]
+    assert "final checkpoints of shards [0, 1, 2] written" in _log(worker)
+    for s in range(cfg.n_shards):
+        raws = read_partition(cfg, cfg.topics.index_snapshots, s)
+        snap = read_records(CODEC_, [(r.key, r.value) for r in raws])[0]
+        assert snap is not None and snap.covered_offset == _high(cfg, cfg.topics.index_ops, s)
+    worker.start()  # the module fixture stops it again
 
 
 def _scrape(worker: Worker) -> str:
@@ -228,7 +239,7 @@ def _sample(text: str, name: str) -> float:
     raise AssertionError(f"{name} not in the exposition")
 
 
-def _shard_mismatches(sync: ViewSync, truth: object, shards: tuple[int, ...]) -> int:
+def _shard_mismatches(sync: PatchFollower, truth: object, shards: tuple[int, ...]) -> int:
     bad = 0
     for s in shards:
         shard = truth.index.shards[s]  # type: ignore[attr-defined]
@@ -237,3 +248,45 @@ def _shard_mismatches(sync: ViewSync, truth: object, shards: tuple[int, ...]) ->
             for k, v in zip(keys.tolist(), vals.tolist(), strict=True):
                 bad += sync.view.lookup_value(t, int(k)) != v
     return bad
+
+
+def test_wrong_key_late_event_and_negative_lengths_are_dead_lettered__order_per_worker(
+    worker: Worker, feed: Feed, sync: PatchFollower, cfg: PipelineConfig
+) -> None:
+    """(e) Issue 26 item 5 on the real broker: a worker's event under another worker's key, a
+    stale copy of an earlier event (lower engine_seq), and negative lengths are dead-lettered
+    with their reasons; the view equals both the truth and ``kvcompass replay`` of the topic."""
+    from pipeline.replay import new_replay, read_kafka
+    from wire.codec import int32_key
+
+    before = len(_dead_letters(cfg))
+    feed.send(100)
+    workers = [int(CODEC_.decode(v)[1]["worker_id"]) for v in feed.sent[-100:]]
+    i = next(j for j in range(99) if workers[j] in workers[j + 1 :])  # w has a later event
+    old, w = feed.sent[-100 + i], workers[i]
+    stray = {**CODEC_.decode(feed.sent[-1])[1]}
+    # partition -1: the producer's partitioner, as for every event of that key (one partition)
+    feed.raw(cfg.topics.kv_events, feed.sent[-1], int32_key((stray["worker_id"] + 1) % 14), -1)
+    feed.raw(cfg.topics.kv_events, old, int32_key(w), -1)  # a stale copy: late
+    negative = {**stray, "token_count": -16, "engine_seq": 2**50}
+    feed.raw(cfg.topics.kv_events, CODEC_.encode("KvEvent", negative),
+             int32_key(stray["worker_id"]), -1)  # fmt: skip
+    feed.send(50)
+    truth = feed.truth()
+    _wait(_converged(sync, truth), WAIT_S, "the view to equal the truth")
+
+    def three() -> bool:
+        return len(_dead_letters(cfg)) >= before + 3
+
+    _wait(three, WAIT_S, "three more dead letters")
+    reasons = [str(d["reason"]) for d in _dead_letters(cfg)[before:]]
+    assert any(r.startswith("key: expected worker_id") for r in reasons), reasons
+    assert any(r.startswith("engine_seq: expected >") for r in reasons), reasons
+    assert any(r.startswith("token_count: expected >= 0; got -16") for r in reasons), reasons
+    rebuild = new_replay(DEP, cfg.n_shards)
+    for r in read_kafka(cfg, cfg.topics.kv_events):
+        rebuild.feed(r, CODEC_, cfg.topics.kv_events)
+    assert rebuild.late >= 1 and rebuild.invalid >= 2
+    _wait(_converged(sync, rebuild), WAIT_S, "the view to equal kvcompass replay")
+    print(f"order per worker: dead letters {reasons}; replay: {rebuild.events} applied, "
+          f"{rebuild.late} late, {rebuild.invalid} invalid; view == truth == replay")  # fmt: skip

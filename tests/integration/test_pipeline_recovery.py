@@ -19,14 +19,9 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kvcompass.layout import TableLayout
-from pipeline.app import read_partition
 from pipeline.checkpoint import Snapshot, read_records
-from pipeline.codec import AvroCodec
-from pipeline.config import PipelineConfig
-from pipeline.registry import InProcessRegistry
+from pipeline.reads import read_partition
 from pipeline.replay import new_replay, read_kafka
-from pipeline.topics import ensure_topics
-from pipeline.view_sync import ViewSync
 from tests.integration.test_pipeline_worker import (
     DEP,
     LEVELS,
@@ -36,6 +31,11 @@ from tests.integration.test_pipeline_worker import (
     _converged,
     _wait,
 )
+from wire.codec import AvroCodec
+from wire.config import PipelineConfig
+from wire.patch_follower import follow
+from wire.registry import InProcessRegistry
+from wire.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 CODEC_ = AvroCodec(InProcessRegistry())
@@ -71,7 +71,7 @@ def test_unit_recovers_from_checkpoint_after_old_segments_deleted__retention(
     feed = Feed(cfg, seed=21)
     layout = TableLayout.for_regions([r.n_workers for r in DEP.regions])
     (tmp_path / "views").mkdir()
-    sync = ViewSync.open(cfg, layout, LEVELS.matrix, tmp_path / "views")
+    sync = follow(cfg, layout, LEVELS.matrix, tmp_path / "views")
     try:
         worker.start()
         feed.send(1500)

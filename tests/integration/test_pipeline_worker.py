@@ -28,13 +28,14 @@ from confluent_kafka.admin import AdminClient
 
 from kvcompass.deployment import builtin_deployment
 from kvcompass.levels import Levels
-from pipeline.codec import AvroCodec, int32_key
-from pipeline.config import PipelineConfig
 from pipeline.export import export_events, read_export
-from pipeline.registry import InProcessRegistry
 from pipeline.replay import Replay, SourceRecord, diff_view_dir, new_replay, read_kafka
-from pipeline.topics import ensure_topics
-from pipeline.view_sync import ViewSync
+from wire.codec import AvroCodec, int32_key
+from wire.config import PipelineConfig
+from wire.kafka_clients import librdkafka_conf
+from wire.patch_follower import PatchFollower, follow
+from wire.registry import InProcessRegistry
+from wire.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -63,18 +64,10 @@ class Worker:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        from kvcompass.__main__ import COMMAND_MODULES
-
         args = ["pipeline", "worker", "--bootstrap", self.cfg.bootstrap_servers,
                 "--topic-prefix", self.cfg.topic_prefix, "--n-shards", str(self.cfg.n_shards),
                 "--deployment", DEP_NAME, "--take-within-ms", "5", *self.extra]  # fmt: skip
-        if "kvcompass.cli.pipeline" in COMMAND_MODULES:
-            cmd = [sys.executable, "-m", "kvcompass", *args]
-        else:  # not wired into __main__ yet: the same subcommand through its own parser
-            runner = ("import argparse,sys;from kvcompass.cli.pipeline import register;"
-                      "p=argparse.ArgumentParser();register(p.add_subparsers());"
-                      "a=p.parse_args(sys.argv[1:]);sys.exit(a.func(a))")  # fmt: skip
-            cmd = [sys.executable, "-c", runner, *args]
+        cmd = [sys.executable, "-m", "cli", *args]
         size = self.log.stat().st_size if self.log.exists() else 0
         fh = self.log.open("ab")
         self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
@@ -107,8 +100,9 @@ class Feed:
         self.rng = np.random.default_rng(seed)
         self.pool = self.rng.integers(1, 2**62, 3000, dtype=np.int64)
         self.seq = np.zeros(DEP.n_workers, dtype=np.int64)
-        self.producer = Producer({"bootstrap.servers": cfg.bootstrap_servers, "linger.ms": 5})
+        self.producer = Producer(librdkafka_conf(cfg, {"linger.ms": 5}))
         self.sent: list[bytes] = []
+        self.keys: list[bytes] = []
 
     def event(self) -> dict[str, Any]:
         w = int(self.rng.integers(0, DEP.n_workers))
@@ -139,7 +133,8 @@ class Feed:
             ev = self.event()
             value = CODEC.encode("KvEvent", ev)
             self.sent.append(value)
-            self.producer.produce(self.cfg.topics.kv_events, value, int32_key(ev["worker_id"]))
+            self.keys.append(int32_key(ev["worker_id"]))
+            self.producer.produce(self.cfg.topics.kv_events, value, self.keys[-1])
             self.producer.poll(0)
         assert self.producer.flush(30) == 0
 
@@ -150,11 +145,11 @@ class Feed:
     def truth(self) -> Replay:
         rep = new_replay(DEP, self.cfg.n_shards)
         for i, v in enumerate(self.sent):
-            rep.feed(SourceRecord(0, i, v), CODEC)
+            rep.feed(SourceRecord(0, i, v, key=self.keys[i]), CODEC)
         return rep
 
 
-def _mismatches(sync: ViewSync, truth: Replay) -> tuple[int, int, int]:
+def _mismatches(sync: PatchFollower, truth: Replay) -> tuple[int, int, int]:
     """(live keys checked, live mismatches, false hits among dead pool keys)."""
     checked = bad = 0
     for shard in truth.index.shards:
@@ -166,7 +161,7 @@ def _mismatches(sync: ViewSync, truth: Replay) -> tuple[int, int, int]:
     return checked, bad, 0
 
 
-def _converged(sync: ViewSync, truth: Replay) -> Callable[[], bool]:
+def _converged(sync: PatchFollower, truth: Replay) -> Callable[[], bool]:
     def pred() -> bool:
         sync.poll()
         checked, bad, _ = _mismatches(sync, truth)
@@ -202,17 +197,17 @@ def view_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sync(cfg: PipelineConfig, view_dir: Path) -> Iterator[ViewSync]:
+def sync(cfg: PipelineConfig, view_dir: Path) -> Iterator[PatchFollower]:
     from kvcompass.layout import TableLayout
 
     layout = TableLayout.for_regions([r.n_workers for r in DEP.regions])
-    s = ViewSync.open(cfg, layout, LEVELS.matrix, view_dir)
+    s = follow(cfg, layout, LEVELS.matrix, view_dir)
     yield s
     s.close()
 
 
 def test_view_from_patches_equals_ground_truth__thousands_of_events(
-    worker: Worker, feed: Feed, sync: ViewSync
+    worker: Worker, feed: Feed, sync: PatchFollower
 ) -> None:
     feed.send(3000)
     truth = feed.truth()
@@ -224,12 +219,12 @@ def test_view_from_patches_equals_ground_truth__thousands_of_events(
 
 
 def test_second_view_from_compacted_topic_equals_first__late_bootstrap(
-    cfg: PipelineConfig, sync: ViewSync, feed: Feed
+    cfg: PipelineConfig, sync: PatchFollower, feed: Feed
 ) -> None:
     from kvcompass.layout import TableLayout
 
     layout = TableLayout.for_regions([r.n_workers for r in DEP.regions])
-    late = ViewSync.open(cfg, layout, LEVELS.matrix, None)
+    late = follow(cfg, layout, LEVELS.matrix, None)
     try:
         assert late.catch_up(WAIT_S)
         assert sync.catch_up(WAIT_S)
@@ -246,7 +241,7 @@ def test_second_view_from_compacted_topic_equals_first__late_bootstrap(
 
 
 def test_killed_worker_restarts_and_views_converge__sigkill_mid_stream(
-    worker: Worker, feed: Feed, sync: ViewSync, cfg: PipelineConfig, view_dir: Path
+    worker: Worker, feed: Feed, sync: PatchFollower, cfg: PipelineConfig, view_dir: Path
 ) -> None:
     before = sync.applier.stats.applied
     feed.send(1500)
@@ -265,7 +260,7 @@ def test_killed_worker_restarts_and_views_converge__sigkill_mid_stream(
     layout = TableLayout.for_regions([r.n_workers for r in DEP.regions])
     copy = view_dir.parent / "views-copy"
     shutil.copytree(view_dir, copy)
-    again = ViewSync.open(cfg, layout, LEVELS.matrix, copy)
+    again = follow(cfg, layout, LEVELS.matrix, copy)
     try:
         assert again.catch_up(WAIT_S)
         checked, bad, _ = _mismatches(again, truth)
@@ -289,7 +284,7 @@ def _dead_letters(cfg: PipelineConfig) -> list[dict[str, Any]]:
 
 
 def test_malformed_records_reach_dead_letters_and_processing_continues__garbage(
-    worker: Worker, feed: Feed, sync: ViewSync, cfg: PipelineConfig
+    worker: Worker, feed: Feed, sync: PatchFollower, cfg: PipelineConfig
 ) -> None:
     feed.raw(cfg.topics.kv_events, b"\x7bnot avro")
     bad_worker = {**feed.event(), "worker_id": 999}
@@ -312,7 +307,7 @@ def test_malformed_records_reach_dead_letters_and_processing_continues__garbage(
 
 
 def test_replay_rebuilds_the_same_index__kafka_and_export_file(
-    feed: Feed, sync: ViewSync, cfg: PipelineConfig, view_dir: Path, tmp_path: Path
+    feed: Feed, sync: PatchFollower, cfg: PipelineConfig, view_dir: Path, tmp_path: Path
 ) -> None:
     truth = feed.truth()
     records = list(read_kafka(cfg.bootstrap_servers, cfg.topics.kv_events))

@@ -3,7 +3,7 @@ the other in one shell, as a new user would paste them: emulated worker, sidecar
 request, an edge in front of the worker, an OpenAI completion through it; what the worker cached
 reaches ``kv-events``, and none of our processes logs an error or a traceback.
 
-Substituted, and only this: ``kvcompass`` is ``python -m kvcompass`` of this interpreter (a shim
+Substituted, and only this: ``kvcompass`` is ``python -m cli`` of this interpreter (a shim
 on ``PATH``); the block's ``kvcompass kafka up`` line is dropped and ``127.0.0.1:19092`` is the test
 session's broker (``conftest.py``: a real local broker on free ports, the one ``kafka up`` would
 start); the fixed ports 30000, 5557, 5558 and 8080 become free ones; the sidecar's topics get the
@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from pipeline.codec import AvroCodec
-from pipeline.config import PipelineConfig
-from pipeline.registry import InProcessRegistry
+from wire.codec import AvroCodec
+from wire.config import PipelineConfig
+from wire.registry import InProcessRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_workers_and_edge_quickstarts_run_as_written(
 ) -> None:
     shim = tmp_path / "bin" / "kvcompass"
     shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m kvcompass "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cli "$@"\n')
     shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}",
            "KVCOMPASS_TOPIC_PREFIX": topic_prefix, "PYTHONPATH": str(ROOT)}  # fmt: skip
@@ -123,7 +123,7 @@ def test_workers_and_edge_quickstarts_run_as_written(
     assert completed["object"] == "text_completion" and completed["choices"][0]["text"]
     stored = [r for r in events if r["op"] == "STORED"]
     assert stored and stored[0]["worker_id"] == 0 and stored[0]["registration_keys"]
-    # Our loggers (a failed delivery is logged as ERROR by pipeline.producer) and any traceback;
+    # Our loggers (a failed delivery is logged as ERROR by wire.producer) and any traceback;
     # aiokafka logs a fresh broker's transient GroupCoordinatorNotAvailable at ERROR and retries.
     ours = re.compile(r" ERROR (workers|edge|pipeline|kvcompass)\.|Traceback")
     errors = [ln for ln in logs.splitlines() if ours.search(ln)]

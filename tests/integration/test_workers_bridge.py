@@ -20,12 +20,12 @@ from confluent_kafka.admin import AdminClient
 from kvcompass.deployment import Deployment, Region
 from kvcompass.keys import KeyNamespace, prompt_key
 from kvcompass.types import Tier
-from pipeline.codec import AvroCodec
-from pipeline.config import PipelineConfig
-from pipeline.producer import KafkaProducer
-from pipeline.registry import InProcessRegistry
-from pipeline.topics import ensure_topics
 from tests.integration.kv_holdings import holdings
+from wire.codec import AvroCodec
+from wire.config import PipelineConfig
+from wire.producer import KafkaProducer
+from wire.registry import InProcessRegistry
+from wire.topics import ensure_topics
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.emulated.costs import EmulatedCosts
@@ -72,7 +72,7 @@ def _truth(worker: EmulatedWorker, prompts: list[list[int]]) -> dict[int, str]:
         for n in LENGTHS:
             if n > len(p):
                 continue
-            path = cache._walk(cache._pages(p[:n]))
+            path = cache._walk(cache._pages(p[:n]), None)
             if len(path) * cache.page_size >= n:
                 held[prompt_key(NS, np.array(p), n)] = path[n // cache.page_size - 1].tier.name
     return held

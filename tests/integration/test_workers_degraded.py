@@ -21,10 +21,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from edge.app import assemble, build_app
 from edge.config import EdgeConfig
 from edge.sync import QueueVectorFollower
-from pipeline.config import PipelineConfig
-from pipeline.dead_letter import DeadLetters
-from pipeline.producer import MemoryProducer
 from tests.integration.test_workers_sidecar import CODEC, DEP, MODEL, _emulated
+from wire.config import PipelineConfig
+from wire.dead_letter import DeadLetters
+from wire.producer import MemoryProducer
 from workers.config import SidecarConfig
 from workers.emulated.costs import EmulatedCosts
 from workers.emulated.worker import EmulatedWorker

@@ -18,11 +18,11 @@ from confluent_kafka.admin import AdminClient
 
 from kvcompass.deployment import Deployment, Region
 from kvcompass.keys import KeyNamespace, prompt_key
-from pipeline.codec import AvroCodec, int64_key
-from pipeline.config import PipelineConfig
-from pipeline.producer import KafkaProducer, MemoryProducer
-from pipeline.registry import InProcessRegistry
-from pipeline.topics import ensure_topics
+from wire.codec import AvroCodec, int64_key
+from wire.config import PipelineConfig
+from wire.producer import KafkaProducer, MemoryProducer
+from wire.registry import InProcessRegistry
+from wire.topics import ensure_topics
 from workers.bridge_zmq import bridge_rank
 from workers.config import SidecarConfig
 from workers.emulated.costs import EmulatedCosts

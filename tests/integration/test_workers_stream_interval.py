@@ -63,11 +63,12 @@ def test_stream_interval__refused_below_one() -> None:
 
 
 def test_loads__prefill_in_progress_counts_its_remaining_tokens() -> None:
-    """An engine in the middle of a long prefill with an empty queue is not idle: ``/v1/loads``
-    reports the tokens it has not prefilled yet, and 0 once it is done."""
+    """An engine in the middle of a long chunked prefill with an empty queue is not idle:
+    ``/v1/loads`` reports, as SGLang's ``chunked_req`` term does, the tokens of the chunks not
+    prefilled yet (whole chunks of ``--chunked-prefill-size``), and 0 once it is done."""
     cfg = EmulatedConfig(
         model="m", port=0, events_endpoint="tcp://127.0.0.1:*", replay_endpoint=None,
-        costs=EmulatedCosts(time_scale=1.0, decode_ms_per_token=0.0),
+        costs=EmulatedCosts(time_scale=1.0, decode_ms_per_token=0.0), chunked_prefill_size=2048,
     )  # fmt: skip
 
     async def scenario() -> None:
@@ -78,7 +79,8 @@ def test_loads__prefill_in_progress_counts_its_remaining_tokens() -> None:
             async with s.get(w.url + "/v1/loads") as r:
                 mid = (await r.json())["loads"][0]
             assert mid["num_waiting_reqs"] == 0
-            assert 0 < mid["num_waiting_uncached_tokens"] < 8000
+            # 4 chunks: before the last one starts, 8000 minus the whole chunks done
+            assert mid["num_waiting_uncached_tokens"] in {8000, 8000 - 2048, 8000 - 2 * 2048}
             (await task).release()
             async with s.get(w.url + "/v1/loads") as r:
                 assert (await r.json())["loads"][0]["num_waiting_uncached_tokens"] == 0
@@ -148,7 +150,7 @@ def test_client_leaving_while_queued__request_aborted_before_its_prefill() -> No
             assert mid["num_waiting_reqs"] == 0 and mid["num_running_reqs"] == 1
             (await first).release()
             after = await loads(s, w.url)
-            assert after["num_requests"] == 1  # only the long one ever took the GPU
+            assert w.engine.loads.requests == 1  # only the long one ever took the GPU
             assert after["total_prefill_uncached_tokens"] == 100_000
             assert after["num_running_reqs"] == 0 and after["num_waiting_reqs"] == 0
 

@@ -79,7 +79,7 @@ def test_comparison_tables__one_per_origin_mix_ratios_to_kvcompass_and_a_verdict
         _row("kvcompass", 8, 1000.0, 5000.0),
         _row("sglang_router", 8, 2500.0, 4000.0),
         _row("kvcompass", 32, 3000.0, 9000.0),
-        _row("least_loaded", 32, 2000.0, 9000.0),
+        _row("local_least_loaded", 32, 2000.0, 9000.0),
         {**_row("kvcompass", 8, 900.0, 5000.0), "origins": "uniform"},
     ]
     out = report.comparison_tables(rows)
@@ -91,7 +91,7 @@ def test_comparison_tables__one_per_origin_mix_ratios_to_kvcompass_and_a_verdict
     ratio = next(c for c in table.columns if c.header == "P99 TTFT ÷ KVCompass")
     assert list(ratio.cells) == ["1.00×", "2.50×", "1.00×", "0.67×"]
     assert verdicts[0].startswith("8 req/s: kvcompass: lowest P99 TTFT yes")
-    assert "lowest P99 TTFT NO (best other least_loaded, 0.67× ours)" in verdicts[1]
+    assert "lowest P99 TTFT NO (best other local_least_loaded, 0.67× ours)" in verdicts[1]
 
 
 def test_print_table__a_pipe_gets_the_whole_table_never_cut_or_wrapped() -> None:
@@ -109,9 +109,9 @@ def test_print_table__a_pipe_gets_the_whole_table_never_cut_or_wrapped() -> None
 def test_demo_faults_table__whole_in_a_pipe() -> None:
     from rich.table import Table
 
+    from cli.demo_faults import _table
     from e2e.faults import EdgeTally, PhaseStats, ScenarioResult
     from e2e.probes import EventCount, ViewCheck
-    from kvcompass.cli.demo_faults import _table
 
     views = ViewCheck(10, 424, {"us": (424, 0, 0), "eu": (424, 0, 0), "asia": (424, 0, 0)})
     events = EventCount(2327, 0, 2300, 2300, 5000, 5000, 0, 0)

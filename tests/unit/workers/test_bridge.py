@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from kvcompass.keys import KeyNamespace, prompt_key
-from pipeline.codec import AvroCodec
-from pipeline.registry import InProcessRegistry
+from wire.codec import AvroCodec
+from wire.registry import InProcessRegistry
+from workers.block_table import Op
 from workers.bridge import Apply, NeedReplay, RankBridge, engine_seq
 from workers.protocol import Batch, Rejected, Removed, Stored
 
@@ -38,6 +39,19 @@ def test_in_order_batches_produce_stored_records__avro_valid() -> None:
     codec = AvroCodec(InProcessRegistry(), validate=True)
     for r in (cleared, rec):
         assert codec.decode(codec.encode("KvEvent", r))[1]["op"] == r["op"]
+
+
+def test_salted_store__record_keyed_in_the_salts_sharing_group() -> None:
+    b = _bridge()
+    b.start(5)
+    salted = Stored((1, 2), None, TOKS[:8], 4, "GPU", cache_salt="acme")
+    step = b.offer(Batch(0, 1000.0, None, (salted,)))
+    assert isinstance(step, Apply)
+    (rec,) = step.records
+    acme = KeyNamespace("test-model", "", "acme")
+    assert rec["sharing_group"] == "acme"
+    assert rec["registration_keys"] == [prompt_key(acme, np.array(TOKS), 8)]
+    assert rec["registration_keys"] != [prompt_key(NS, np.array(TOKS), 8)]
 
 
 def test_duplicate_is_skipped__seq_below_expected() -> None:
@@ -134,3 +148,15 @@ def test_engine_restart_missing_seq_zero_asks_replay_from_zero__newer_timestamp(
     recs = b.on_replay(0, [first, restarted], now_ms=9)
     assert [r["op"] for r in recs] == ["CLEARED", "STORED"]
     assert b.stats.engine_restarts == 1 and not b.stats.degraded and b.expected == 2
+
+
+def test_emitted_engine_seq_strictly_increases__clock_behind_after_cleared() -> None:
+    """A lost gap's CLEARED carries the bridge's clock (now); the replayed batches after it carry
+    older engine timestamps: their records must still come after it (the pipeline applies a
+    worker's events only in increasing engine_seq)."""
+    b = RankBridge(0, 0, KeyNamespace("m"), [16])
+    first = b.start(2_000_000)  # CLEARED at t = 2,000,000 ms
+    older = b._base(Op.STORED, engine_seq(1_000_000, 3, 0), 1_000_000)  # an older batch
+    again = b._base(Op.STORED, engine_seq(1_000_000, 3, 1), 1_000_000)
+    seqs = [first[0]["engine_seq"], older["engine_seq"], again["engine_seq"]]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 3

@@ -3,6 +3,7 @@ events, fed to the bridge's block table, always reproduce the cache's own tier o
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,7 +11,7 @@ from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.types import Tier
 from workers.block_table import BlockTable
 from workers.emulated.cache import PrefixCache
-from workers.protocol import decode_payload, encode_payload
+from workers.protocol import Stored, decode_payload, encode_payload
 
 
 def test_shared_prefix_hits_in_vram__second_request() -> None:
@@ -18,6 +19,44 @@ def test_shared_prefix_hits_in_vram__second_request() -> None:
     assert c.admit(list(range(10))).cached_tokens == 0
     adm = c.admit([*range(8), 99, 98, 97, 96])
     assert (adm.device_hit_tokens, adm.host_hit_tokens, adm.new_tokens) == (8, 0, 4)
+
+
+def test_cache_salt__a_prompt_reuses_only_pages_of_its_own_salt() -> None:
+    c = PrefixCache(4, 64, 0)
+    secret = list(range(12))
+    first = c.admit(secret, "acme")
+    assert c.admit(secret, "globex").cached_tokens == 0  # same tokens, another namespace
+    assert c.admit(secret).cached_tokens == 0  # nor unsalted
+    assert c.admit(secret, "acme").cached_tokens == 12  # its own group keeps its reuse
+    assert c.match(secret[:8], "globex") == (8, 0) and c.match(secret[:8], "initech") == (0, 0)
+    stored = [e for e in first.events if isinstance(e, Stored)]
+    assert stored and all(e.cache_salt == "acme" for e in stored)
+    other = [e for e in c.admit(list(range(12)), "x").events if isinstance(e, Stored)]
+    assert set(other[0].block_hashes).isdisjoint(stored[0].block_hashes)  # hashes differ too
+
+
+def test_cache_salt__salted_pages_evict_and_clear_like_any() -> None:
+    c = PrefixCache(4, 8, 0)
+    c.admit([1] * 8, "a")
+    c.admit([2] * 8, "b")  # VRAM holds 8 tokens: a's pages go
+    assert c.match([1] * 8, "a") == (0, 0) and c.match([2] * 8, "b") == (8, 0)
+    c.clear()
+    assert c.match([2] * 8, "b") == (0, 0)
+
+
+def test_salted_events__keyed_in_the_salts_sharing_group_namespace() -> None:
+    """Through the wire (encode, decode) into the sidecar's block table: pages stored under
+    ``cache_salt`` "acme" get the keys the edge looks acme's requests up with (the table's
+    model and config, sharing group "acme"); unsalted pages the table's own namespace."""
+    c = PrefixCache(4, 64, 0)
+    table = BlockTable(PrefixHasher(KeyNamespace("m", "cfg")), [8, 12])
+    tokens = list(range(12))
+    for seq, salt in enumerate(("acme", None)):
+        events = decode_payload(seq, encode_payload(c.admit(tokens, salt).events, 0, 0.0)).events
+        (change,) = table.apply(events)
+        ns = KeyNamespace("m", "cfg", salt)
+        want = PrefixHasher(ns).keys_at(np.asarray(tokens, np.int32), np.asarray([8, 12]))
+        assert change.salt == salt and change.keys == want.tolist()
 
 
 def test_vram_overflow_moves_lru_page_to_dram__then_reloads_on_hit() -> None:

@@ -39,7 +39,8 @@ def test_map_events_in_array_batch_decode__sglang_0_5_23() -> None:
     ]  # fmt: skip
     batch = decode_pub([b"kv-events", SEQ7, enc([1.5, events, 3])])
     assert batch.seq == 7 and batch.ts == 1.5 and batch.dp_rank == 3
-    assert batch.events == (STORED, MOVED, GONE, Cleared())
+    salted = Stored((11, -12), None, (1, 2, 3, 4), 2, "GPU", None, cache_salt="x")
+    assert batch.events == (salted, MOVED, GONE, Cleared())  # SGLang's cache_salt is kept
 
 
 def test_legacy_tagged_arrays_decode__older_sglang_two_field_batch() -> None:

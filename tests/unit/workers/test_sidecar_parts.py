@@ -12,9 +12,9 @@ import pytest
 
 from kvcompass.errors import ConfigError
 from kvcompass.router.load_report import queue_ms, worker_queue_ms
-from pipeline.codec import AvroCodec
-from pipeline.producer import MemoryProducer
-from pipeline.registry import InProcessRegistry
+from wire.codec import AvroCodec
+from wire.producer import MemoryProducer
+from wire.registry import InProcessRegistry
 from workers.config import SidecarConfig, offset_endpoint
 from workers.load_reporter import vector_record
 from workers.migration import MigrationExecutor

@@ -1,9 +1,9 @@
-"""The edge's routing policies (edge.policies) against emulated workers in three regions.
+"""The edge's routing schemes (edge.schemes) against emulated workers in three regions.
 
 Each baseline behaves as its description says: the local cache-aware router follows the longest
 local match and never leaves the region; consistent hashing sends a prefix family to its ring
 owner (wherever it is) and reads presence at the owner; least-loaded ignores the cache; the
-policy can be switched live through ``/admin/policy`` and refuses unknown names.
+scheme can be switched live through ``/admin/scheme`` and refuses unknown names.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge.policies import POLICIES
+from edge.schemes import EDGE_SCHEMES
 from tests.integration import edge_cluster as ec
 
 pytestmark = pytest.mark.timeout(60)
@@ -28,20 +28,20 @@ async def _served_by(client: Any, tokens: list[int], rid: str) -> int:
     return int(r.headers["X-KVC-Worker"])
 
 
-async def _set(client: Any, policy: str) -> None:
-    r = await client.post("/admin/policy", json={"policy": policy})
+async def _set(client: Any, scheme: str) -> None:
+    r = await client.post("/admin/scheme", json={"scheme": scheme})
     assert r.status == 200, await r.text()
-    assert (await r.json())["policy"] == policy
+    assert (await r.json())["scheme"] == scheme
 
 
 def test_local_cache_aware__follows_local_match_and_stays_in_region() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
-            _, client = await c.add_edge("us", policy="local_cache_aware")
+            _, client = await c.add_edge("us", scheme="local_cache_aware")
             tokens = ec.prompt(8000, seed=11)
             await ec.prime(c.workers[1], tokens)
             c.register(1, tokens)
-            c.register(2, tokens)  # a remote holder too: never used by this policy
+            c.register(2, tokens)  # a remote holder too: never used by this scheme
             assert await _served_by(client, tokens, "ca-1") == 1
             # No match above the cache threshold (30% of the prompt): least loaded, still local.
             other = ec.prompt(8000, seed=12)
@@ -53,14 +53,14 @@ def test_local_cache_aware__follows_local_match_and_stays_in_region() -> None:
 def test_local_cache_aware__imbalance_goes_to_least_in_flight() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
-            app, client = await c.add_edge("us", policy="local_cache_aware")
+            app, client = await c.add_edge("us", scheme="local_cache_aware")
             tokens = ec.prompt(4000, seed=13)
             c.register(1, tokens)
-            pol = app.service.policies
+            pol = app.service.schemes
             assert pol is not None
-            pol.in_flight[1] = 70  # worker 1 has 70 requests in flight, worker 0 none
+            pol.open_requests[1] = 70  # worker 1 has 70 requests in flight, worker 0 none
             assert await _served_by(client, tokens, "ca-3") == 0
-            pol.in_flight[1] = 50  # within balance_abs (64): the holder again
+            pol.open_requests[1] = 50  # within balance_abs (64): the holder again
             assert await _served_by(client, tokens, "ca-4") == 1
 
     asyncio.run(scenario())
@@ -69,8 +69,8 @@ def test_local_cache_aware__imbalance_goes_to_least_in_flight() -> None:
 def test_consistent_hash__family_goes_to_ring_owner_anywhere() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
-            app, client = await c.add_edge("us", policy="consistent_hash")
-            pol = app.service.policies
+            app, client = await c.add_edge("us", scheme="consistent_hash")
+            pol = app.service.schemes
             assert pol is not None
             seen: set[int] = set()
             for seed in range(40):
@@ -90,8 +90,8 @@ def test_consistent_hash__family_goes_to_ring_owner_anywhere() -> None:
 def test_consistent_hash__uses_the_longest_level_its_owner_holds() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
-            app, client = await c.add_edge("us", policy="consistent_hash")
-            pol = app.service.policies
+            app, client = await c.add_edge("us", scheme="consistent_hash")
+            pol = app.service.schemes
             assert pol is not None
             tokens = ec.prompt(600, seed=7)
             arr = np.asarray(tokens, np.int32)
@@ -99,10 +99,12 @@ def test_consistent_hash__uses_the_longest_level_its_owner_holds() -> None:
             owners = ch.rings.owners(app.service.discovery.hasher.keys_at(arr, ch.ladder[:3]))
             c.register(owners[1], tokens, upto=256)  # level-1 owner holds 256 tokens
             got = await _served_by(client, tokens, "ch-hold")
-            ex = app.service.explain("ch-hold")
+            edge_id = app.client_ids.resolve("ch-hold", None, any_tenant=False)
+            assert edge_id is not None  # the decision is kept under the edge's own id
+            ex = app.service.explain(edge_id)
             assert ex is not None
-            assert got == owners[1] and ex["policy_claimed_tokens"] == 256
-            assert ex["policy"] == "consistent_hash"
+            assert got == owners[1] and ex["scheme_claimed_tokens"] == 256
+            assert ex["scheme"] == "consistent_hash"
 
     asyncio.run(scenario())
 
@@ -110,29 +112,30 @@ def test_consistent_hash__uses_the_longest_level_its_owner_holds() -> None:
 def test_least_loaded__ignores_the_cache() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
-            app, client = await c.add_edge("us", policy="least_loaded")
+            app, client = await c.add_edge("us", scheme="local_least_loaded")
             tokens = ec.prompt(4000, seed=21)
             c.register(1, tokens)
-            app.service.router.set_local_queues([0.0, 50.0], 0.0)  # holder 1 is busier
+            svc = app.service  # holder 1 is busier
+            svc.on_local_loads(np.array([0, 1]), np.array([0.0, 50.0]), svc.clock_ms())
             assert await _served_by(client, tokens, "ll-1") == 0
 
     asyncio.run(scenario())
 
 
-def test_admin_policy_switch__live_and_validated() -> None:
+def test_admin_scheme_switch__live_and_validated() -> None:
     async def scenario() -> None:
         async with ec.cluster() as c:
             app, client = await c.add_edge("us", admin=True)
-            r = await client.get("/admin/policy")
+            r = await client.get("/admin/scheme")
             body = await r.json()
-            assert body["policy"] == "kvcompass" and body["policies"] == list(POLICIES)
-            await _set(client, "least_loaded")
-            assert app.service.policy == "least_loaded"
-            r = await client.post("/admin/policy", json={"policy": "nope"})
+            assert body["scheme"] == "kvcompass" and body["schemes"] == list(EDGE_SCHEMES)
+            await _set(client, "local_least_loaded")
+            assert app.service.scheme == "local_least_loaded"
+            r = await client.post("/admin/scheme", json={"scheme": "nope"})
             assert r.status == 400 and "expected one of" in await r.text()
-            assert app.service.policy == "least_loaded"
+            assert app.service.scheme == "local_least_loaded"
             _, plain = await c.add_edge("eu")  # admin off: the route does not exist
-            r = await plain.post("/admin/policy", json={"policy": "least_loaded"})
+            r = await plain.post("/admin/scheme", json={"scheme": "local_least_loaded"})
             assert r.status in (404, 405)
 
     asyncio.run(scenario())
@@ -140,7 +143,8 @@ def test_admin_policy_switch__live_and_validated() -> None:
 
 def _lookup(app: Any, tokens: list[int]) -> tuple[Any, Any]:
     arr = np.asarray(tokens, np.int32)
-    d, lk = app.service.discovery.decide(arr, 0.0)
+    ex = app.service.decide("probe", arr)
+    d, lk = ex.decision, ex.lookup
     return lk, d
 
 
