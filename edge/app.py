@@ -18,13 +18,14 @@ and a second HTTP client library for forwarding.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from aiohttp import web
 
+from edge import debug_views
 from edge import openai_shapes as shapes
 from edge.cache_states import CacheStates
 from edge.config import EdgeConfig
@@ -135,8 +136,13 @@ def assemble(
     hasher = PrefixHasher(KeyNamespace(model_id=default.name, model_config=default.model_config))
     # the one decider (architecture §6); its latencies from the deployment, the maintenance
     # units in the home region (the deployment's first), as the simulator prices them
-    decider = Decider.for_deployment(deployment, levels, origin, router_config or RouterConfig(),
-                                     hasher, view, edge_paths(deployment, origin))  # fmt: skip
+    rc = router_config or RouterConfig()
+    paths = edge_paths(deployment, origin)
+    decider = Decider.for_deployment(deployment, levels, origin, rc, hasher, view, paths)
+    # the ablation without route-and-reserve (edge scheme kvcompass_no_booking): its own decider
+    # on the same view, told the same facts, so a live switch compares like with like
+    no_booking = Decider.for_deployment(deployment, levels, origin, replace(rc, booking=False),
+                                        hasher, view, paths)  # fmt: skip
     discovery = decider.discovery
     registry = registry_from_url(pipe.schema_registry_url)
     codec = AvroCodec(registry)
@@ -148,7 +154,7 @@ def assemble(
         sink=sink if sink is not None else NullProducer(), topics=pipe.topics,
         decision_sample_rate=config.decision_sample_rate,
         explain_capacity=config.explain_capacity, seed=config.seed,
-        schemes=schemes, scheme=config.scheme,
+        schemes=schemes, scheme=config.scheme, variants={"kvcompass_no_booking": no_booking},
     )  # fmt: skip
     wr = deployment.worker_region
     wan = deployment.wan_matrix_ms
@@ -287,7 +293,7 @@ async def explain(request: web.Request) -> web.Response:
     request.app[EDGE].tenancy.check_admin(request.headers.get("Authorization"))
     rid = request.match_info["request_id"]
     e = request.app[EDGE]
-    got = e.service.explain(rid)
+    got = debug_views.explain(e.service, rid)
     if got is None:  # not an edge id: a client's id, in its tenant's scope
         tenant = request.query.get("tenant")
         if tenant is not None:
@@ -298,7 +304,7 @@ async def explain(request: web.Request) -> web.Response:
             raise shapes.ApiError(409, f"request id {rid!r} was used by several tenants "
                                        f"{exc.tenants}: add ?tenant=<name>", param="tenant",
                                   code="ambiguous_request_id") from None  # fmt: skip
-        got = e.service.explain(edge_id) if edge_id is not None else None
+        got = debug_views.explain(e.service, edge_id) if edge_id is not None else None
     if got is None:
         raise shapes.ApiError(404, f"no recent decision for request id {rid[:128]!r}",
                               code="decision_not_found")  # fmt: skip
@@ -333,5 +339,6 @@ async def lookup(request: web.Request) -> web.Response:
     model = e.tenancy.model(src.get("model"))
     tenant = e.tenancy.tenant(src.pop("tenant")) if "tenant" in src else None
     parsed = shapes.parse_generate(src, e.tokenizer, e.limits_for(model.name))
-    body: dict[str, Any] = e.service.holders(parsed.tokens, e.tenancy.scope(model, tenant))
+    scope = e.tenancy.scope(model, tenant)
+    body: dict[str, Any] = debug_views.holders(e.service, parsed.tokens, scope)
     return web.json_response(body)

@@ -221,7 +221,7 @@ async def _serve_relay(
     dep = st.service.deployment
     origin = _origin_region(request, dep.n_regions)
     raw_sl = request.headers.get(SHORTLIST_HEADER)
-    if raw_sl is not None and st.service.decider.config.booking:
+    if raw_sl is not None and st.service.books:
         sl = decode_shortlist(raw_sl, dep.n_regions, dep.n_workers)
         if sl is None or sl.region != st.service.origin:
             raise shapes.ApiError(400, f"{SHORTLIST_HEADER}: expected a shortlist for this "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from edge.metrics import Metrics
 from edge.records import EdgeRecords
+from edge.scheme_names import is_kvcompass
 from edge.schemes import EDGE_SCHEMES, Schemes
 from edge.tenants import Scope
 from edge.visibility import ReuseCounter
@@ -39,7 +40,6 @@ from kvcompass.errors import ConfigError
 from kvcompass.keys import KeyNamespace
 from kvcompass.router import Decision
 from kvcompass.router import score as sc
-from kvcompass.types import Tier
 from wire.codec import AvroCodec
 from wire.config import TopicNames
 from wire.producer import NullProducer, ProducerPort
@@ -50,6 +50,8 @@ class Explained:
     """One recent decision and what became of it."""
 
     plan: Plan
+    decider: Decider
+    """The decider that made ``plan``: every later call about it goes there."""
     winner: int = -1
     """The decider's choice before any retry or refusal (``plan`` follows the sends)."""
     served_by: int = -1
@@ -89,9 +91,6 @@ class Explained:
         return self.plan.fid
 
 
-_TIER_NAMES = tuple(t.name for t in sorted(Tier))
-
-
 def wall_ms() -> float:
     """The edge's clock: UTC epoch ms (vectors and announcements carry it to other edges)."""
     return time.time() * 1000.0
@@ -115,8 +114,15 @@ class EdgeService:
         clock_ms: Callable[[], float] = wall_ms,
         schemes: Schemes | None = None,
         scheme: str = "kvcompass",
+        variants: Mapping[str, Decider] | None = None,
     ) -> None:
         self.deployment = deployment
+        self.booker = decider
+        """The ``kvcompass`` decider: it books this region's workers for relays (if its config
+        books) and records the baselines' forwards."""
+        self.deciders: dict[str, Decider] = {"kvcompass": decider, **(variants or {})}
+        """One decider per KVCompass scheme (``variants``: e.g. ``kvcompass_no_booking``), each
+        told every fact (loads, vectors, announcements); requests go to the active one."""
         self.decider = decider
         self.discovery = decider.discovery
         self.origin = decider.origin
@@ -153,9 +159,17 @@ class EdgeService:
         """Switch the routing scheme (``edge.schemes.EDGE_SCHEMES``); baselines need ``schemes``."""
         if scheme not in EDGE_SCHEMES:
             raise ConfigError(f"edge.scheme: expected one of {list(EDGE_SCHEMES)}, got {scheme!r}")
-        if scheme != "kvcompass" and self.schemes is None:
+        if not is_kvcompass(scheme) and self.schemes is None:
             raise ConfigError(f"edge.scheme {scheme!r} needs the baselines' state (Schemes)")
+        if is_kvcompass(scheme) and scheme not in self.deciders:
+            raise ConfigError(f"edge.scheme {scheme!r} needs its decider (edge.app.assemble)")
         self.scheme = scheme
+        self.decider = self.deciders.get(scheme, self.booker)
+
+    @property
+    def books(self) -> bool:
+        """This edge books its region's workers for relays with a shortlist."""
+        return self.booker.books
 
     # -- per request ------------------------------------------------------------------------
     def scoped(self, scope: Scope) -> EdgeDiscovery:
@@ -178,7 +192,8 @@ class EdgeService:
                 w for w in range(self.deployment.n_workers) if w not in scope.workers
             )
         if masked != self._masked:
-            self.decider.set_unroutable(masked)
+            for d in self.deciders.values():
+                d.set_unroutable(masked)
             self._masked = masked
 
     def _remember(self, request_id: str, ex: Explained) -> None:
@@ -203,7 +218,7 @@ class EdgeService:
             lookup = self.decider.lookup(arr, discovery.hasher)
         plan = self.decider.decide(next(self._fids), lookup, len(arr), self.clock_ms())
         decision = plan.decision
-        if self.scheme == "kvcompass" or self.schemes is None:
+        if is_kvcompass(self.scheme) or self.schemes is None:
             order = [plan.worker, *decision.top_workers.tolist()]
             claimed = decision.claimed_tokens
         else:
@@ -214,7 +229,8 @@ class EdgeService:
             finally:
                 self.schemes.discovery = default
         model = scope.namespace.model_id if scope is not None else None
-        ex = Explained(plan, plan.worker, scheme=self.scheme, order=order, claimed=claimed,
+        ex = Explained(plan, self.decider, plan.worker, scheme=self.scheme, order=order,
+                       claimed=claimed,
                        discovery=discovery, model=model,
                        allowed=scope.workers if scope is not None else None)  # fmt: skip
         self._remember(request_id, ex)
@@ -234,14 +250,15 @@ class EdgeService:
         discovery = self.discovery if scope is None else self.scoped(scope)
         self._mask(scope)
         if lookup is None:
-            lookup = self.decider.lookup(arr, discovery.hasher)
-        verdict = self.decider.on_relay(next(self._fids), shortlist, lookup, self.clock_ms())
+            lookup = self.booker.lookup(arr, discovery.hasher)
+        verdict = self.booker.on_relay(next(self._fids), shortlist, lookup, self.clock_ms())
         if verdict.plan is None:
             self.metrics.inc("relays_total", result="refused")
             return None, verdict.vector
         self.metrics.inc("relays_total", result="accepted")
         plan = verdict.plan
-        ex = Explained(plan, plan.worker, order=[plan.worker], claimed=plan.decision.claimed_tokens,
+        ex = Explained(plan, self.booker, plan.worker, order=[plan.worker],
+                       claimed=plan.decision.claimed_tokens,
                        discovery=discovery, relayed_for=shortlist.origin,
                        model=scope.namespace.model_id if scope is not None else None,
                        allowed=scope.workers if scope is not None else None)  # fmt: skip
@@ -257,14 +274,22 @@ class EdgeService:
         ex.open = False
         if self.schemes is not None:
             self.schemes.end(ex.plan.worker)  # the refused send is over
-        plan = self.decider.on_refused(ex.fid, vector or empty, ex.decision.prompt_tokens,
-                                       self.clock_ms())  # fmt: skip
+        now = self.clock_ms()
+        plan = ex.decider.on_refused(ex.fid, vector or empty, ex.decision.prompt_tokens, now)
+        self._tell_others(ex.decider, vector, now)
         ex.plan = plan
         ex.winner = plan.worker
         ex.order = [plan.worker, *plan.decision.top_workers.tolist()]
         ex.claimed = plan.decision.claimed_tokens
         self.metrics.inc("refusals_total")
         return ex.order
+
+    def _tell_others(self, told: Decider, vector: QueueVector | None, now_ms: float) -> None:
+        """A vector ``told`` has just folded in (a piggyback or a refusal): the other deciders
+        get it as a plain vector."""
+        for d in self.deciders.values():
+            if vector is not None and d is not told:
+                d.on_vector(vector, now_ms)
 
     def worker_region_of(self, worker: int) -> int:
         return int(self.worker_region[worker])
@@ -274,7 +299,8 @@ class EdgeService:
         others never win, so a 503 means that no worker can be reached at all."""
         keep = set(routable)
         self._unroutable = frozenset(w for w in range(self.deployment.n_workers) if w not in keep)
-        self.decider.set_unroutable(self._unroutable)
+        for d in self.deciders.values():
+            d.set_unroutable(self._unroutable)
         self._masked = self._unroutable
 
     def candidates(self, ex: Explained, reachable: Callable[[int], bool]) -> list[int]:
@@ -301,7 +327,7 @@ class EdgeService:
     def shortlist_for(self, ex: Explained, worker: int) -> Shortlist | None:
         """The shortlist to relay with a send to ``worker`` (None: a plain relay or direct)."""
         p = ex.plan
-        if ex.scheme != "kvcompass" or p.shortlist is None or ex.relayed_for >= 0:
+        if not is_kvcompass(ex.scheme) or p.shortlist is None or ex.relayed_for >= 0:
             return None
         return p.shortlist if self.worker_region_of(worker) == p.relay_region else None
 
@@ -312,9 +338,10 @@ class EdgeService:
         books it / counts its work *now*, so the requests decided while this one waits for its
         first byte — a whole prefill — see it; announce it; ask for replicas it triggers."""
         plan = ex.plan
-        if worker != plan.worker or ex.scheme != "kvcompass":
-            plan = self.decider.retarget(plan, worker)
-            if ex.scheme != "kvcompass" and self.schemes is not None:
+        ours = is_kvcompass(ex.scheme)
+        if worker != plan.worker or not ours:
+            plan = ex.decider.retarget(plan, worker)
+            if not ours and self.schemes is not None:
                 claimed = self.claimed_at(ex, worker)  # the scheme's own claim at its choice
                 service = self.schemes.predicted_ms(worker, plan.decision.prompt_tokens, claimed)
                 d = plan.decision._replace(claimed_tokens=claimed, predicted_service_ms=service)
@@ -322,11 +349,11 @@ class EdgeService:
         if ex.relayed_for < 0 and (not relayed or self.shortlist_for(ex, worker) is None):
             plan = plan._replace(relay_region=-1, shortlist=None)  # sent straight to the worker
         ex.plan = plan
-        sent = self.decider.dispatch(plan, self.clock_ms())
+        sent = ex.decider.dispatch(plan, self.clock_ms())
         ex.open = True
         if sent.announce is not None:
             self.records.announce(*sent.announce, self.clock_ms())
-        for mig in sent.migrations if ex.scheme == "kvcompass" else ():
+        for mig in sent.migrations if ours else ():
             if ex.allowed is not None and mig.target_worker not in ex.allowed:
                 # another model's or tenant's pool: it would cache this prompt for them
                 self.metrics.inc("migrations_out_of_scope_total")
@@ -337,7 +364,7 @@ class EdgeService:
 
     def undispatch(self, ex: Explained, worker: int) -> None:
         """The send to ``worker`` failed: release what the decider booked or held for it."""
-        self.decider.undispatch(ex.fid, self.clock_ms())
+        ex.decider.undispatch(ex.fid, self.clock_ms())
         ex.open = False
         if self.schemes is not None:
             self.schemes.end(worker)
@@ -366,7 +393,9 @@ class EdgeService:
             return
         ex.answered = True
         ex.served_by = worker
-        self.decider.on_first_token(ex.fid, worker, self.clock_ms(), reused, vector)
+        now = self.clock_ms()
+        ex.decider.on_first_token(ex.fid, worker, now, reused, vector)
+        self._tell_others(ex.decider, vector, now)
         if reused is not None:
             ex.open = False
             self._count_reuse(ex, worker, reused)
@@ -375,10 +404,10 @@ class EdgeService:
         """The end of the response: the reuse count if it came only now, and the forward ends
         in the decider either way."""
         if ex.open and reused is not None and ex.answered:
-            self.decider.on_usage(ex.fid, reused, self.clock_ms())
+            ex.decider.on_usage(ex.fid, reused, self.clock_ms())
             self._count_reuse(ex, ex.served_by, reused)
         elif ex.open:
-            self.decider.forget(ex.fid, self.clock_ms())
+            ex.decider.forget(ex.fid, self.clock_ms())
         ex.open = False
 
     def _count_reuse(self, ex: Explained, worker: int, reused: int) -> None:
@@ -408,15 +437,21 @@ class EdgeService:
         self, workers: NDArray[np.int64], queue_ms: NDArray[np.float64], taken_ms: float
     ) -> None:
         """This edge's poll of its own workers answered (``load_report.worker_queue_ms``)."""
-        self.decider.on_local_loads(workers, queue_ms, taken_ms, self.clock_ms())
+        now = self.clock_ms()
+        for d in self.deciders.values():
+            d.on_local_loads(workers, queue_ms, taken_ms, now)
 
     def on_vector(self, vector: QueueVector) -> None:
         """A peer edge's vector (from ``queue-vectors``, a response or a refusal)."""
-        self.decider.on_vector(vector, self.clock_ms())
+        now = self.clock_ms()
+        for d in self.deciders.values():
+            d.on_vector(vector, now)
 
     def on_peer_forward(self, region: int, worker: int, arrive_ms: float, work_ms: float) -> None:
         """A peer edge announced one forward as it made it."""
-        self.decider.on_peer_forward(region, worker, arrive_ms, work_ms, self.clock_ms())
+        now = self.clock_ms()
+        for d in self.deciders.values():
+            d.on_peer_forward(region, worker, arrive_ms, work_ms, now)
 
     def broadcast(self) -> int:
         """The Δ broadcast: this edge's vector to the regions due one; the number sent."""
@@ -424,65 +459,3 @@ class EdgeService:
         for dest, vec in sent:
             self.records.vector(dest, vec)
         return len(sent)
-
-    # -- explain ----------------------------------------------------------------------------
-    def explain(self, request_id: str) -> dict[str, Any] | None:
-        ex = self.recent.get(request_id)
-        if ex is None:
-            return None
-        d = ex.decision
-        cands = []
-        for t in d.explain():
-            row = t.as_dict()
-            row["region"] = self.deployment.regions[self.worker_region[t.worker]].name
-            cands.append(row)
-        return {
-            "request_id": request_id,
-            "edge_region": self.deployment.regions[self.origin].name,
-            "prompt_tokens": d.prompt_tokens,
-            "scheme": ex.scheme,
-            "winner": ex.winner,
-            "scheme_order": ex.order,
-            "scheme_claimed_tokens": ex.claimed,
-            "served_by": ex.served_by,
-            "claimed_tokens": d.claimed_tokens,
-            "reused_tokens": ex.reused_tokens,
-            "lambda_price": d.lambda_price,
-            "min_queue_ms": d.min_queue_ms,
-            "predicted_service_ms": d.predicted_service_ms,
-            "winner_is_local_holder": d.winner_is_local_holder,
-            "local_holder": d.local_holder,
-            "local_holder_lost_to_load": d.local_holder_lost_to_load,
-            "remote_holder": d.remote_holder,
-            "remote_holder_tokens": d.remote_holder_tokens,
-            "family_key": ex.lookup.family_key,
-            "reuse_tokens": ex.reuse,
-            "relay_region": ex.plan.relay_region,
-            "relayed_for": ex.relayed_for,
-            "refused_by": ex.refused_by,
-            "attempts": ex.attempts,
-            "candidates": cands,
-        }
-
-    def holders(self, tokens: NDArray[np.int32], scope: Scope | None = None) -> dict[str, Any]:
-        """/debug/lookup: every worker with a match for this prompt (in ``scope``'s namespace),
-        longest first."""
-        discovery = self.discovery if scope is None else self.scoped(scope)
-        lk = self.decider.lookup(np.asarray(tokens, dtype=np.int32), discovery.hasher)
-        m = lk.match
-        rows = [
-            {
-                "worker": int(w),
-                "region": self.deployment.regions[self.worker_region[w]].name,
-                "matched_tokens": int(m.matched_tokens[w]),
-                "tier": Tier(int(m.tiers[w])).name,
-            }
-            for w in np.flatnonzero(m.matched_tokens > 0).tolist()
-        ]
-        rows.sort(key=lambda r: (-r["matched_tokens"], r["worker"]))
-        return {
-            "prompt_tokens": len(tokens),
-            "queried_lengths": lk.lengths.tolist(),
-            "family_key": lk.family_key,
-            "holders": rows,
-        }

@@ -1,6 +1,7 @@
 """Routing schemes an edge can run: KVCompass and the baselines the end-to-end demo compares.
 
-One scheme per file behind this registry (the layout of ``sim.schemes``): ``kvcompass``,
+One scheme per file behind this registry (the layout of ``sim.schemes``): ``kvcompass`` (and
+``kvcompass_no_booking``, the same ordering of the other decider's plan),
 ``local_cache_aware``, ``consistent_hash``, ``local_least_loaded`` (region-local: the paper's
 global least-loaded is the simulator's ``oracle``); each module's docstring says what the
 scheme does and where its parameters come from. ``Schemes`` holds one edge's shared state
@@ -45,6 +46,7 @@ class Schemes(EdgeState):
         self.consistent_hash = ConsistentHashScheme(self)
         self.by_name: dict[str, Scheme] = {
             "kvcompass": KVCompassScheme(self),
+            "kvcompass_no_booking": KVCompassScheme(self),
             "local_cache_aware": LocalCacheAware(self, cache_aware),
             "consistent_hash": self.consistent_hash,
             "local_least_loaded": LocalLeastLoaded(self),

@@ -358,6 +358,11 @@ class Decider:
         elif self.router.queue_view.ledger is not None:
             self.router.queue_view.retire_own(fwd.plan.worker, fwd.arrive_ms, fwd.work_ms)
 
+    @property
+    def books(self) -> bool:
+        """This decider books its region's workers for relays (route-and-reserve on)."""
+        return self.booking is not None
+
     def open_forwards(self) -> int:
         """Forwards dispatched and not yet answered (a gauge; bounded by the requests open)."""
         return len(self._forwards)

@@ -101,3 +101,39 @@ def test_relay__busy_owner_refuses_with_its_vector_and_the_origin_serves_nearer(
             assert svc.decider.open_forwards() == 0
 
     asyncio.run(scenario())
+
+
+def test_no_booking_scheme__the_origin_sends_straight_to_its_pick_and_nobody_books() -> None:
+    """``kvcompass_no_booking`` (the ablation the demo's burst run compares): the same holder
+    wins, but the relay carries no shortlist, so the owner serves the named worker unbooked;
+    switching back books again, and neither decider is left with an open forward."""
+
+    async def scenario() -> None:
+        async with ec.cluster() as c:
+            eu_app, eu_client = await c.add_edge("eu")
+            eu = eu_app.service
+            peer = str(eu_client.make_url("")).rstrip("/")
+            app, client = await c.add_edge("us", peers={"eu": peer})
+            svc = app.service
+            for s in (svc, eu):
+                s.set_scheme("kvcompass_no_booking")
+            eu.on_local_loads(np.array([2]), np.array([0.0]), eu.clock_ms())
+            assert eu.deciders["kvcompass"].open_forwards() == 0  # the fact reached both
+            tokens = ec.prompt(8000, seed=7)
+            await ec.prime(c.workers[2], tokens)
+            c.register(2, tokens)
+            await ec.generate(client, tokens, "r-plain")
+            ex = await ec.explain(client, "r-plain")
+            assert ex["scheme"] == "kvcompass_no_booking"
+            assert ex["served_by"] == 2 and ex["relay_region"] == -1
+            assert eu.metrics.total("relays_total") == 0  # served unbooked at the owner
+            for s in (svc, eu):
+                s.set_scheme("kvcompass")
+            await ec.generate(client, tokens, "r-booked")
+            ex = await ec.explain(client, "r-booked")
+            assert ex["scheme"] == "kvcompass" and ex["relay_region"] == 1
+            assert eu.metrics.get("relays_total", result="accepted") == 1
+            for s in (svc, eu):
+                assert all(d.open_forwards() == 0 for d in s.deciders.values())
+
+    asyncio.run(scenario())

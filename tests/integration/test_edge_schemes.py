@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge import debug_views
 from edge.schemes import EDGE_SCHEMES
 from tests.integration import edge_cluster as ec
 
@@ -101,7 +102,7 @@ def test_consistent_hash__uses_the_longest_level_its_owner_holds() -> None:
             got = await _served_by(client, tokens, "ch-hold")
             edge_id = app.client_ids.resolve("ch-hold", None, any_tenant=False)
             assert edge_id is not None  # the decision is kept under the edge's own id
-            ex = app.service.explain(edge_id)
+            ex = debug_views.explain(app.service, edge_id)
             assert ex is not None
             assert got == owners[1] and ex["scheme_claimed_tokens"] == 256
             assert ex["scheme"] == "consistent_hash"

@@ -67,14 +67,14 @@ def _record(run: Run) -> list[tuple[int, str, tuple[Any, ...], Any]]:
     return log
 
 
-def _run() -> Run:
+def _run(scheme: str = "kvcompass") -> Run:
     dep = three_regions(wan=100.0, workers=(2, 2, 2))
     n = 60  # a burst from regions c and b overflows to the others, through their edges
     prompts = [path(1 + i % 3 if i % 4 else 100 + i, 40, i, 4) for i in range(n)]
     wl = workload(prompts, [4.0 * i for i in range(n)], [2 - (i % 5 == 0) for i in range(n)])
     levels = Levels.from_deployment(dep)
     cfg = SimConfig(seed=3)
-    return Run("kvcompass", Requests(wl, levels, cfg.chunk_tokens_for(16)), dep, levels, cfg)
+    return Run(scheme, Requests(wl, levels, cfg.chunk_tokens_for(16)), dep, levels, cfg)
 
 
 def test_replaying_the_recorded_events__gives_the_same_decisions() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from edge import debug_views
 from edge.app import assemble, gauges
 from edge.config import EdgeConfig
 from edge.metrics import HELP, PREFIX
@@ -53,6 +54,6 @@ def test_requests_through_an_edge__split_in_metrics_and_explain() -> None:
                if s.name == f"{PREFIX}reuse_tokens_total"]  # fmt: skip
     assert {s.labels["kind"] for s in samples} == set(REUSE_KINDS)
     assert {s.labels["region"] for s in samples} == {DEP.regions[DEP.worker_region[w]].name}
-    explained = svc.explain("v-1")
+    explained = debug_views.explain(svc, "v-1")
     assert explained is not None and set(explained["reuse_tokens"]) == set(REUSE_KINDS)
     assert explained["reuse_tokens"]["delivered"] == 0
