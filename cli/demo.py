@@ -29,6 +29,10 @@ def _floats(text: str) -> tuple[float, ...]:
     return values
 
 
+def _rates_or_none(text: str) -> tuple[float, ...]:
+    return () if text.strip().lower() == "none" else _floats(text)
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -57,6 +61,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trace-rates", type=_floats, default=d.trace_rates,
                    help="Mooncake trace rates, req/s (none by default)")  # fmt: skip
     p.add_argument("--trace", type=Path, default=d.trace, help="Mooncake JSONL trace")
+    p.add_argument("--burst-rates", type=_rates_or_none, default=d.burst_rates,
+                   help="mean rates of the burst run (KVCompass with and without booking), "
+                   "req/s; 'none' to skip it")  # fmt: skip
     p.add_argument("--warmup-s", type=float, default=d.warmup_s,
                    help="model seconds of warm-up per run, left out of the metrics")  # fmt: skip
     p.add_argument("--measure-s", type=float, default=d.measure_s,
@@ -97,7 +104,7 @@ def run_e2e(args: argparse.Namespace) -> int:
         plan = DemoPlan(
             deployment=args.deployment, schemes=args.schemes, mixed_rates=args.rates,
             origin_mixes=args.origins, tenants=args.tenants, trace_rates=args.trace_rates,
-            trace=trace,
+            trace=trace, burst_rates=args.burst_rates,
             warmup_s=args.warmup_s, measure_s=args.measure_s, time_scale=args.time_scale,
             max_output_tokens=args.max_output_tokens, seed=args.seed, out_dir=out,
             request_timeout_s=args.request_timeout_s,
@@ -120,7 +127,8 @@ def run_e2e(args: argparse.Namespace) -> int:
     console.print(f"What was scaled to fit 2 cores: {scaled}.")
     console.print(
         f"{len(plan.schemes)} schemes × {len(plan.origin_mixes)} origin mixes × "
-        f"{len(plan.mixed_rates) + len(plan.trace_rates if trace else ())} rates; runs take "
+        f"{len(plan.mixed_rates) + len(plan.trace_rates if trace else ())} rates, then "
+        f"{len(plan.burst_rates)} burst run(s) × {len(plan.burst_schemes)} schemes; runs take "
         f"~{wall_estimate_s(plan) / 60:.0f} min after the cluster's start-up"
     )
     started = time.perf_counter()

@@ -57,6 +57,8 @@ class DemoRun:
     origins: str
     rate: float
     requests: Workload
+    schemes: tuple[str, ...] = ()
+    """The schemes of this run (): the plan's ``schemes``)."""
 
     @property
     def label(self) -> str:
@@ -81,13 +83,17 @@ def runs(plan: DemoPlan) -> list[DemoRun]:
                 wl = load_trace_workload(plan.trace, "mooncake", plan.trace_block_size, dep, n,
                                          plan.seed, rate, origins)  # fmt: skip
                 out.append(DemoRun("mooncake", origins, rate, wl))
+    for rate in plan.burst_rates:  # every region at once: uniform origins
+        n = max(int(rate * span_s), 1)
+        wl = make_workload("burst", n, rate, dep, plan.seed, "uniform")
+        out.append(DemoRun("burst", "uniform", rate, wl, plan.burst_schemes))
     return out
 
 
 def wall_estimate_s(plan: DemoPlan, per_run_overhead_s: float = 6.0) -> float:
     """Rough wall time of the runs (not the start-up): arrivals at the time scale plus a drain
     and flush per run (``per_run_overhead_s``, measured here; the gateway's start adds more)."""
-    n = len(runs(plan)) * len(plan.schemes)
+    n = sum(len(r.schemes or plan.schemes) for r in runs(plan))
     return n * ((plan.warmup_s + plan.measure_s) * plan.time_scale + per_run_overhead_s)
 
 
@@ -112,16 +118,19 @@ def run_demo(
     todo = runs(plan)
     rows = [] if rows is None else rows
     skipped = {} if skipped is None else skipped
-    schemes = list(plan.schemes)
-    if SGLANG_GATEWAY in schemes and gateway_missing():
-        skipped[SGLANG_GATEWAY] = gateway_missing()
-        schemes.remove(SGLANG_GATEWAY)
-        console.print(f"[yellow]{SGLANG_GATEWAY} left out: {skipped[SGLANG_GATEWAY]}[/]")
+    missing = gateway_missing()
+    if missing and SGLANG_GATEWAY in {*plan.schemes, *(s for r in todo for s in r.schemes)}:
+        skipped[SGLANG_GATEWAY] = missing
+        console.print(f"[yellow]{SGLANG_GATEWAY} left out: {missing}[/]")
+
+    def schemes_of(run: DemoRun) -> list[str]:
+        return [s for s in run.schemes or plan.schemes if s not in skipped]
+
     checks: dict[str, Any] = {}
     region_names = [r.name for r in dep.regions]
     since_ms = plan.warmup_s * 1000.0
     with cluster_factory() as cluster:
-        total = sum(len(r.requests) for r in todo) * len(schemes)
+        total = sum(len(r.requests) * len(schemes_of(r)) for r in todo)
         columns = (
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -134,7 +143,7 @@ def run_demo(
                     max_output_tokens=plan.max_output_tokens,
                     run_id=f"{run.workload}-{run.origins}-{run.rate:g}-{int(time.time())}",
                 ).payloads()  # encoded once: every scheme sends the same bytes  # fmt: skip
-                for scheme in schemes:
+                for scheme in schemes_of(run):
                     label = f"{run.label}, {scheme}"
                     task = progress.add_task(label, total=len(run.requests))
                     # A hot-spotted scheme leaves abandoned requests queued in its workers (the

@@ -71,8 +71,15 @@ DEFAULT_SCHEMES: tuple[str, ...] = (
     "local_least_loaded",
     "consistent_hash",
 )
-"""What ``make demo`` compares. ``local_cache_aware`` (our imitation of the gateway's scheme fed
-by the exact index) is left out: the real gateway replaces it; run it with ``--schemes``."""
+"""What ``make demo`` compares on Mixed. ``local_cache_aware`` (our imitation of the gateway's
+scheme fed by the exact index) is left out: the real gateway replaces it; run it with
+``--schemes``."""
+
+
+BURST_SCHEMES: tuple[str, ...] = ("kvcompass", "kvcompass_no_booking")
+"""What the burst run compares: KVCompass with and without route-and-reserve (issue 25: a burst
+of requests sharing a new long prefix from every region at once, where edges deciding alone
+herd onto its one holder; ``sim.workloads.burst``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,10 @@ class DemoPlan:
     at 200–6000 req/s; ``kvcompass sim --tenants 1`` draws the same requests)."""
     trace_rates: tuple[float, ...] = ()
     """Mooncake trace rates; none by default (its runs would not fit the 10 minutes)."""
+    burst_rates: tuple[float, ...] = (8.0,)
+    """Mean rates of the burst run (uniform origins; ``sim.workloads.burst``: 24 requests a
+    burst, one every 3 s at 8 req/s); () for none."""
+    burst_schemes: tuple[str, ...] = BURST_SCHEMES
     trace: Path | None = DEFAULT_TRACE
     trace_block_size: int = 512
     warmup_s: float = 3.0
@@ -109,6 +120,9 @@ class DemoPlan:
         unknown = [s for s in self.schemes if s not in SCHEMES]
         if unknown or not self.schemes:
             raise ValueError(f"schemes: expected names from {list(SCHEMES)}, got {unknown}")
+        unknown = [s for s in self.burst_schemes if s not in SCHEMES]
+        if unknown or (self.burst_rates and not self.burst_schemes):
+            raise ValueError(f"burst_schemes: expected names from {list(SCHEMES)}, got {unknown}")
         if self.warmup_s < 0 or self.measure_s <= 0:
             raise ValueError(
                 f"warmup_s >= 0 and measure_s > 0 expected, got {self.warmup_s}, {self.measure_s}"

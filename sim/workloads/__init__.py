@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.errors import InvalidInputError
+from sim.workloads.burst import BurstParams, make_burst
 from sim.workloads.chat import LMSYS, WILDCHAT, ChatParams, make_chat, make_lmsys, make_wildchat
 from sim.workloads.mixed import MixedParams, make_mixed
 from sim.workloads.mooncake import TraceFormatError, read_mooncake
@@ -29,7 +30,7 @@ Generator = Callable[[int, float, int, NDArray[np.float64] | None, np.random.Gen
 """Signature every registered generator accepts (keyword extras are generator-specific)."""
 
 WORKLOADS: MappingProxyType[str, Generator] = MappingProxyType(
-    {"mixed": make_mixed, "wildchat": make_wildchat, "lmsys": make_lmsys}
+    {"mixed": make_mixed, "wildchat": make_wildchat, "lmsys": make_lmsys, "burst": make_burst}
 )
 """Synthetic workloads by name."""
 
@@ -53,6 +54,7 @@ __all__ = [
     "TRACE_FORMATS",
     "WILDCHAT",
     "WORKLOADS",
+    "BurstParams",
     "ChatParams",
     "Kind",
     "MixedParams",
@@ -61,6 +63,7 @@ __all__ = [
     "Workload",
     "assign_regions",
     "load_trace",
+    "make_burst",
     "make_chat",
     "make_lmsys",
     "make_mixed",

@@ -41,6 +41,8 @@ class Kind(IntEnum):
     """Trace reader: first request of a session (draws a fresh region)."""
     TRACE_FOLLOWUP = 6
     """Trace reader: request continuing an earlier one (inherits its region)."""
+    BURST = 7
+    """Burst: one of a burst of requests sharing a new long prefix (``sim.workloads.burst``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from e2e import report
 from e2e.cluster import ClusterSpec, LocalCluster
 from e2e.demo import run_demo, runs
 from e2e.gateways import gateway_missing
-from e2e.spec import DEFAULT_SCHEMES, SGLANG_GATEWAY, DemoPlan
+from e2e.spec import BURST_SCHEMES, DEFAULT_SCHEMES, SGLANG_GATEWAY, DemoPlan
 from tests.ci import missing
 from tests.integration.small_deployment import small_deployment
 
@@ -35,7 +35,7 @@ def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_ho
     scale = 0.25
     plan = DemoPlan(
         deployment=dep, mixed_rates=(6.0,), origin_mixes=("uniform",), warmup_s=2.0,
-        measure_s=4.0, time_scale=scale, out_dir=tmp_path / "out",
+        measure_s=4.0, time_scale=scale, out_dir=tmp_path / "out", burst_rates=(8.0,),
     )  # fmt: skip
     spec = ClusterSpec(deployment=dep, time_scale=scale, n_maintenance=1,
                        stream_interval=16, bootstrap_servers=kafka_bootstrap,
@@ -47,9 +47,17 @@ def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_ho
         plan, lambda: LocalCluster(spec, tmp_path / "run"), console, skipped=skipped
     )
     assert skipped == {}
-    [run] = runs(plan)
+    [run, burst] = runs(plan)
     warm = int((run.requests.arrival_ms - run.requests.arrival_ms[0] < 2000.0).sum())
     assert 0 < warm < len(run.requests)
+    # the burst run (issue 25): KVCompass with and without booking, on its own requests; one
+    # burst in the warm-up, one measured (24 requests from every region within 100 ms)
+    assert burst.workload == "burst" and burst.schemes == BURST_SCHEMES
+    burst_rows, rows = rows[len(DEFAULT_SCHEMES) :], rows[: len(DEFAULT_SCHEMES)]
+    assert [r["scheme"] for r in burst_rows] == list(BURST_SCHEMES)
+    for r in burst_rows:
+        assert r["requests"] == 24 and r["completed"] > 0, r
+        assert sum(r["served_per_worker"]) == r["completed"], r
     assert [r["scheme"] for r in rows] == list(DEFAULT_SCHEMES)
     for r in rows:
         assert r["warmup_requests"] == warm, r
@@ -66,10 +74,11 @@ def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_ho
     assert views.startswith("views: 3 edges × ") and views.endswith(" 0 mismatched"), views
     assert events.startswith("events: ") and ", 0 lost, 0 dead letters" in events, events
 
-    [(title, table, verdicts)] = report.comparison_tables(rows)
+    [(title, table, verdicts), (burst_title, _, _)] = report.comparison_tables(rows + burst_rows)
+    assert burst_title == "burst, origins uniform"
     assert title == "mixed, origins uniform" and len(verdicts) == 1
     report.print_table(console, table)
     text = out.getvalue()
     assert "…" not in text and all(s in text for s in DEFAULT_SCHEMES)
-    [png] = report.plot(rows, plan.out_dir)
+    [png, _] = report.plot(rows + burst_rows, plan.out_dir)
     assert png.name == "e2e-mixed-uniform.png" and png.stat().st_size > 10_000

@@ -93,3 +93,16 @@ def test_same_seed__identical_results() -> None:
         assert np.array_equal(getattr(a.record, field), getattr(b.record, field)), field
     keys = [k for k in a.summary if k not in ("wall_s", "sim_requests_per_s")]
     assert {k: a.summary[k] for k in keys} == {k: b.summary[k] for k in keys}
+
+
+def test_burst__the_owning_region_booking_spreads_what_edges_deciding_alone_herd() -> None:
+    """The burst workload (issue 25 item 5): every edge sees one holder of a new long prefix
+    and a burst arrives from every region inside one WAN one-way. Without booking each edge
+    sends its share to the holder and the tail queues there; the holder's region books."""
+    dep = builtin_deployment(TESTBED)
+    wl = make_workload("burst", 480, 8.0, dep, seed=2, origins="uniform")
+    runs = run_all(wl, dep, ["kvcompass", "kvcompass_no_booking"], SimConfig(seed=2))
+    booked, alone = runs["kvcompass"].summary, runs["kvcompass_no_booking"].summary
+    assert alone["ttft_p99_ms"] > 1.1 * booked["ttft_p99_ms"]
+    assert alone["peak_load_factor"] > booked["peak_load_factor"]
+    assert booked["relays"] > 0 and alone["relays"] == 0
