@@ -151,6 +151,8 @@ def run_e2e(args: argparse.Namespace) -> int:
         report.print_table(console, table)
         for line in verdicts:
             console.print(f"  {line}")
+    for table in report.reuse_tables(rows):
+        report.print_table(console, table)
     if skipped:
         for name, why in skipped.items():
             console.print(f"[yellow]not run: {name}: {why}[/]")

@@ -44,6 +44,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from e2e import report
 from e2e.loadgen import LoadGenerator
+from e2e.reuse import fetch_reuse
 from e2e.spec import SGLANG_GATEWAY, DemoPlan
 from sim.workloads.workload import Workload
 from wire.deployments import load_deployment
@@ -163,6 +164,8 @@ def run_demo(
                         run.requests, urls, time_scale=plan.time_scale,
                         max_output_tokens=plan.max_output_tokens,
                         timeout_s=plan.request_timeout_s * plan.time_scale, bodies=bodies,
+                        run_id=f"{scheme}-{run.workload}-{run.origins}-{run.rate:g}-"
+                               f"{int(time.time())}",
                     )  # fmt: skip
                     done_before = progress.tasks[overall].completed
 
@@ -188,6 +191,13 @@ def run_demo(
                     row["served_per_worker"] = np.bincount(
                         served[served >= 0], minlength=len(worker_region)
                     ).tolist()  # hot spots at a glance (SGLang's gateway names no worker: zeros)
+                    if scheme != SGLANG_GATEWAY:  # the edges' split (the gateway has none)
+                        measured = np.flatnonzero(res.arrival_ms >= since_ms)
+                        row["reuse_tokens"] = asyncio.run(fetch_reuse(
+                            urls, run.requests.origin_region[measured],
+                            [f"{gen.run_id}-{i}" for i in measured.tolist()],
+                        ))  # fmt: skip
+                        row["reuse_tokens"]["prompt"] = int(run.requests.prompt_len[measured].sum())
                     if res.errors:
                         row["errors"] = list(res.errors)
                     rows.append(row)

@@ -106,6 +106,34 @@ def comparison_tables(rows: Sequence[dict[str, Any]]) -> list[tuple[str, Table, 
     return out
 
 
+REUSE_HEADERS: tuple[tuple[str, str], ...] = (
+    ("reusable", "reusable"), ("captured", "captured"), ("delivered", "delivered"),
+    ("forgone_wan", "forgone for WAN"), ("lost_stale", "lost to staleness"),
+)  # fmt: skip
+"""The split's kinds (``kvcompass.reuse_split.REUSE_KINDS``) in the order a reader follows."""
+
+
+def reuse_tables(rows: Sequence[dict[str, Any]]) -> list[Table]:
+    """Per (workload, origin mix): where each edge scheme's reusable prefix went, as shares of
+    the measured prompt tokens (``e2e.reuse``; the gateway reports none)."""
+    out: list[Table] = []
+    split_rows = [r for r in rows if isinstance(r.get("reuse_tokens"), dict)]
+    for wl, origins in dict.fromkeys((str(r["workload"]), str(r["origins"])) for r in split_rows):
+        t = Table(title=f"{wl}, origins {origins}: where the reusable prefix went (share of "
+                        "prompt tokens)", title_justify="left")  # fmt: skip
+        for h in ("rate req/s", "scheme", *(h for _, h in REUSE_HEADERS), "explained"):
+            t.add_column(h, justify="left" if h == "scheme" else "right", no_wrap=True)
+        sub = [r for r in split_rows if (r["workload"], r["origins"]) == (wl, origins)]
+        for r in sorted(sub, key=lambda r: float(r["rate"])):
+            split = r["reuse_tokens"]
+            prompt = max(int(split.get("prompt", 0)), 1)
+            shares = (tables.fmt(int(split.get(k, 0)) / prompt, "share") for k, _ in REUSE_HEADERS)
+            t.add_row(f"{float(r['rate']):g}", str(r["scheme"]), *shares,
+                      f"{int(split.get('explained', 0))}/{int(r['requests'])}")  # fmt: skip
+        out.append(t)
+    return out
+
+
 def write_json(path: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> None:
     path.write_text(json.dumps({"meta": meta, "runs": list(rows)}, indent=2, default=float))
 

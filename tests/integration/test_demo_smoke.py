@@ -69,6 +69,14 @@ def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_ho
     assert gateway["cross_region_share"] == 0.0  # it fronts its own region's workers only
     edge_rows = [r for r in rows if r["scheme"] != SGLANG_GATEWAY]
     assert all(sum(r["served_per_worker"]) == r["completed"] for r in edge_rows)
+    assert "reuse_tokens" not in gateway  # the edges' split (issue 30 item 3); the gateway has none
+    for r in edge_rows + burst_rows:
+        split = r["reuse_tokens"]
+        assert split["explained"] >= r["completed"], (r["scheme"], split)
+        assert split["captured"] <= split["reusable"] <= split["prompt"], (r["scheme"], split)
+        assert split["forgone_wan"] <= split["reusable"] - split["captured"], (r["scheme"], split)
+    for r in edge_rows:  # every request completed: the engine's counts are the edges' counts
+        assert r["reuse_tokens"]["delivered"] == r["reused_tokens"], r["scheme"]
     assert checks["views"]["ok"] and checks["events"]["ok"], checks
     views, events = checks["lines"]
     assert views.startswith("views: 3 edges × ") and views.endswith(" 0 mismatched"), views
@@ -80,5 +88,7 @@ def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_ho
     report.print_table(console, table)
     text = out.getvalue()
     assert "…" not in text and all(s in text for s in DEFAULT_SCHEMES)
+    split_tables = report.reuse_tables(rows + burst_rows)
+    assert [t.row_count for t in split_tables] == [len(edge_rows), len(burst_rows)]
     [png, _] = report.plot(rows + burst_rows, plan.out_dir)
     assert png.name == "e2e-mixed-uniform.png" and png.stat().st_size > 10_000
