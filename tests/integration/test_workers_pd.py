@@ -79,8 +79,8 @@ def test_pd_modes__server_info_and_the_priced_transfer() -> None:
                 async with http.get(f"http://127.0.0.1:{port}/health") as r:
                     out["health"] = (r.status, await r.text())
             boot = Bootstrap("127.0.0.1", port, 42)
-            p.disagg.rooms.ready(42, 1000)
-            out["transfer_s"] = await d.disagg._transfer_s(d.engine, boot)
+            p.disagg.rooms.ready(42, 1000, 640)
+            out["transfer_s"], out["cached"] = await d.disagg._transfer_s(d.engine, boot)
             out["rooms_left"] = len(p.disagg.rooms)
             out["bootstrap_port"] = port
             return out
@@ -95,6 +95,7 @@ def test_pd_modes__server_info_and_the_priced_transfer() -> None:
     assert want_ms == pytest.approx(149.0 + 1000 * 131072 * 8 / 1e9 * 1e3)
     assert got["transfer_s"] == pytest.approx(want_ms * SCALE / 1000)
     assert got["rooms_left"] == 0
+    assert got["cached"] == 640  # the prefill's cached tokens travel with the room
 
 
 def test_pd_pair__one_request_split_and_the_errors() -> None:

@@ -15,7 +15,9 @@ events), answers with one generated token (SGLang's prefill server samples the f
 finishes the request, ``disaggregation/prefill.py``), and marks the room's KV ready. The decode
 worker holds the request as running (SGLang's decode reserves its KV on arrival, the ``early``
 allocation policy), asks the prefill's bootstrap server for the room (our route, not SGLang's:
-``GET /kvcompass/kv?room=R`` answers ``{"room": R, "tokens": n}`` once the prefill is done),
+``GET /kvcompass/kv?room=R`` answers ``{"room": R, "tokens": n, "cached_tokens": c}`` once the
+prefill is done; the decode reports ``c`` as its ``cached_tokens``, as SGLang's decode reports
+the prefill's),
 sleeps the transfer (``EmulatedCosts.kv_transfer_ms``: the link's one-way latency plus the
 prompt's KV bytes, ``kvcompass.costs.LLAMA31_8B_BF16_KV_BYTES_PER_TOKEN`` each, over its
 bandwidth), then decodes. Its radix cache stays empty and it publishes no KV events (SGLang
@@ -99,15 +101,16 @@ def bootstrap_of(body: dict[str, Any], mode: str) -> Bootstrap | None:
 
 
 class Rooms:
-    """Prefill side: room → the prompt tokens whose KV is ready (or why it never will be).
-    Either half may come first: the decode's question waits for the prefill's answer."""
+    """Prefill side: room → the prompt tokens whose KV is ready and how many of them the prefill
+    found cached (or why it never will be). Either half may come first: the decode's question
+    waits for the prefill's answer."""
 
     def __init__(self) -> None:
-        self._rooms: OrderedDict[int, asyncio.Future[int | str]] = OrderedDict()
-        """room → prompt tokens, or why the prefill failed (a str: never a future's exception,
-        which would be logged as never retrieved if the decode half never asks)."""
+        self._rooms: OrderedDict[int, asyncio.Future[tuple[int, int] | str]] = OrderedDict()
+        """room → (prompt tokens, cached tokens), or why the prefill failed (a str: never a
+        future's exception, which would be logged as never retrieved if the decode never asks)."""
 
-    def _future(self, room: int) -> asyncio.Future[int | str]:
+    def _future(self, room: int) -> asyncio.Future[tuple[int, int] | str]:
         fut = self._rooms.get(room)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
@@ -118,19 +121,19 @@ class Rooms:
                     old.set_result("dropped: too many rooms waiting")
         return fut
 
-    def ready(self, room: int, tokens: int) -> None:
+    def ready(self, room: int, tokens: int, cached: int = 0) -> None:
         fut = self._future(room)
         if not fut.done():
-            fut.set_result(tokens)
+            fut.set_result((tokens, cached))
 
     def fail(self, room: int, reason: str) -> None:
         fut = self._future(room)
         if not fut.done():
             fut.set_result(reason)
 
-    async def wait(self, room: int, timeout_s: float) -> int:
-        """The room's prompt tokens once its prefill is done; ``TransferFailed`` if it failed,
-        ``TimeoutError`` after ``timeout_s``."""
+    async def wait(self, room: int, timeout_s: float) -> tuple[int, int]:
+        """The room's (prompt tokens, cached tokens) once its prefill is done;
+        ``TransferFailed`` if it failed, ``TimeoutError`` after ``timeout_s``."""
         fut = self._future(room)
         try:
             got = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
@@ -179,14 +182,16 @@ class Disagg:
                     self.rooms.fail(bootstrap.room, f"the prefill failed: {exc!r}")
                 raise
             if not bootstrap.fake:
-                self.rooms.ready(bootstrap.room, adm.prompt_tokens)
+                self.rooms.ready(bootstrap.room, adm.prompt_tokens, adm.cached_tokens)
             return adm
         return await engine.receive(tokens, lambda: self._transfer_s(engine, bootstrap))
 
-    async def _transfer_s(self, engine: Engine, bs: Bootstrap) -> float:
-        """Wait for the prefill's KV; the wall seconds its transfer takes."""
+    async def _transfer_s(self, engine: Engine, bs: Bootstrap) -> tuple[float, int]:
+        """Wait for the prefill's KV; the wall seconds its transfer takes, and the tokens the
+        prefill found cached (SGLang's decode reports the prefill's ``cached_tokens``, which
+        its transfer metadata carries: ``_commit_transfer_to_req``)."""
         if bs.fake or self.backend == "fake":
-            return 0.0
+            return 0.0, 0
         if bs.port is None:
             raise TransferFailed(f"room {bs.room}: no bootstrap_port (start the router with "
                                  "--prefill URL BOOTSTRAP_PORT)")  # fmt: skip
@@ -201,7 +206,8 @@ class Disagg:
                     raise TransferFailed(f"room {bs.room}: {url} answered {r.status}: {body}")
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise TransferFailed(f"room {bs.room}: no KV from {url}: {exc!r}") from None
-        return engine.costs.sleep_s(engine.costs.kv_transfer_ms(int(body["tokens"])))
+        seconds = engine.costs.sleep_s(engine.costs.kv_transfer_ms(int(body["tokens"])))
+        return seconds, int(body.get("cached_tokens", 0))
 
     async def close(self) -> None:
         if self._http is not None:
@@ -226,12 +232,12 @@ def bootstrap_app(disagg: Disagg) -> web.Application:
             )
         room = int(raw)
         try:
-            tokens = await disagg.rooms.wait(room, disagg.timeout_s)
+            tokens, cached = await disagg.rooms.wait(room, disagg.timeout_s)
         except TimeoutError:
             return web.json_response({"error": f"room {room}: no prefill came"}, status=504)
         except TransferFailed as exc:
             return web.json_response({"error": f"room {room}: {exc}"}, status=500)
-        return web.json_response({"room": room, "tokens": tokens})
+        return web.json_response({"room": room, "tokens": tokens, "cached_tokens": cached})
 
     app = web.Application()
     app.router.add_get("/health", health)

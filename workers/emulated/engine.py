@@ -171,23 +171,27 @@ class Engine:
             self._gpu.release()
 
     async def receive(
-        self, tokens: Sequence[int], transfer_s: Callable[[], Awaitable[float]]
+        self, tokens: Sequence[int], transfer_s: Callable[[], Awaitable[tuple[float, int]]]
     ) -> Admission:
         """Decode mode (PD): the prompt's KV comes from a prefill worker instead of this GPU.
         The request counts as running from arrival (SGLang's decode reserves its KV then, the
         ``early`` policy) and holds its prompt's pages outside the tree (the decode radix cache
         is off); ``transfer_s`` waits for the prefill and returns the wall seconds the transfer
-        takes, slept here. No prefill queue, no KV events."""
+        takes (slept here) and the tokens the prefill found cached (reported as this request's
+        ``cached_tokens``, as SGLang's decode does). No prefill queue, no KV events."""
         self.loads.running += 1
         self.loads.requests += 1
         adm = Admission(len(tokens), 0, 0, 0, [])
         self._running[id(adm)] = _Running((), len(tokens))
         try:
-            await asyncio.sleep(await transfer_s())
+            seconds, cached = await transfer_s()
+            await asyncio.sleep(seconds)
         except BaseException:
             self.done(adm)
             raise
-        return adm
+        got = dataclasses.replace(adm, device_hit_tokens=min(max(cached, 0), len(tokens)))
+        self._running[id(got)] = self._running.pop(id(adm))
+        return got
 
     async def _queue(self, disconnected: Callable[[], bool] | None) -> None:
         """Take the GPU lock; with ``disconnected``, give up (``ClientGone``) once it is true."""
