@@ -33,6 +33,7 @@ from edge.forwarder import Forwarder, WorkerRoute
 from edge.handlers import EDGE, error_middleware, make_completion_handler, read_body
 from edge.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edge.off_loop import OffLoop
+from edge.pd import Disaggregation
 from edge.request_ids import AmbiguousClientId, ClientIds
 from edge.schemes import EDGE_SCHEMES, Schemes
 from edge.service import EdgeService
@@ -173,10 +174,18 @@ def assemble(
                 delay = float(wan[origin, r]) * config.wan_delay_scale / 1000.0
                 routes[w] = WorkerRoute(w, url, True, delay)
     service.restrict_to(routes)  # a partial [workers] map: score only what can be reached
+    pd = None
+    if config.pd is not None:  # this region's workers are prefill workers (edge.pd)
+        prefill = {w: r.base_url for w, r in routes.items() if int(wr[w]) == origin}
+        pd = Disaggregation(
+            config.pd, prefill, config.pool_size_per_worker,
+            on_prefill_error=lambda why: service.metrics.inc("pd_prefill_failures_total",
+                                                             reason=why),
+        )  # fmt: skip
     forwarder = Forwarder(
         routes, pool_size=config.pool_size_per_worker,
         connect_timeout_ms=config.connect_timeout_ms,
-        first_byte_timeout_ms=config.first_byte_timeout_ms,
+        first_byte_timeout_ms=config.first_byte_timeout_ms, pd=pd,
     )  # fmt: skip
     local = frozenset(int(w) for w in deployment.workers_of(origin).tolist())
     return EdgeApp(
@@ -285,6 +294,10 @@ def gauges(e: EdgeApp) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
         out.append(("view_last_seq", (("shard", str(s)),), float(seq)))
     out.append(("views_present", (), float(e.view.present.sum())))
     out.append(("open_requests", (), float(e.open_requests)))
+    if e.forwarder.pd is not None:
+        pd = e.forwarder.pd
+        out.extend(("pd_decode_open_requests", (("decode", u),), float(n))
+                   for u, n in zip(pd.urls, pd.open, strict=True))  # fmt: skip
     out.extend(("cache_unknown", (("worker", str(w)),), 1.0) for w in e.cache_states.unknown())
     return out
 

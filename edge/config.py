@@ -40,6 +40,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from edge.pd import PDConfig
 from edge.scheme_names import EDGE_SCHEMES
 from edge.tenants import (
     ModelSpec,
@@ -128,6 +129,9 @@ class EdgeConfig:
     ``model`` on every worker. With models, ``model`` is the default (requests naming none)."""
     tenants: tuple[TenantSpec, ...] = ()
     """``[tenants.*]``: API keys and sharing groups; empty: no authentication, no salt."""
+    pd: PDConfig | None = None
+    """``[pd]``: this region's workers are SGLang prefill workers, with these decode workers
+    (``edge.pd``); None: aggregated workers."""
     admin_token: str | None = None
     """Bearer token of ``/debug/*`` and ``/admin/*`` (required for them when tenants exist)."""
 
@@ -203,11 +207,15 @@ class EdgeConfig:
         pipeline: dict[str, Any] | None = None,
         models: dict[str, Any] | None = None,
         tenants: dict[str, Any] | None = None,
+        pd: dict[str, Any] | None = None,
     ) -> EdgeConfig:
         """From parsed tables (or flags); unknown keys are refused so a typo is not a default."""
         kwargs = kwargs_from_mapping(
-            cls, edge, "edge config", exclude=("workers", "peers", "pipeline", "models", "tenants")
-        )
+            cls, edge, "edge config",
+            exclude=("workers", "peers", "pipeline", "models", "tenants", "pd"),
+        )  # fmt: skip
+        if pd is not None:
+            kwargs["pd"] = PDConfig.from_mapping(pd)
         try:
             kwargs["workers"] = tuple(sorted((int(k), str(v)) for k, v in (workers or {}).items()))
         except ValueError as exc:
@@ -224,8 +232,8 @@ class EdgeConfig:
 
     @classmethod
     def from_toml_text(cls, text: str, overrides: dict[str, Any] | None = None) -> EdgeConfig:
-        """Parse the ``[edge]``, ``[workers]``, ``[peers]``, ``[pipeline]``, ``[models.*]`` and
-        ``[tenants.*]`` tables of a file;
+        """Parse the ``[edge]``, ``[workers]``, ``[peers]``, ``[pipeline]``, ``[models.*]``,
+        ``[tenants.*]`` and ``[pd]`` tables of a file;
         ``overrides`` (CLI flags, already snake_case) replace ``[edge]`` values."""
         try:
             data = tomllib.loads(text)
@@ -235,5 +243,5 @@ class EdgeConfig:
         edge.update({k: v for k, v in (overrides or {}).items() if v is not None})
         return cls.from_mapping(
             edge, data.get("workers"), data.get("peers"), data.get("pipeline"),
-            data.get("models"), data.get("tenants"),
+            data.get("models"), data.get("tenants"), data.get("pd"),
         )  # fmt: skip

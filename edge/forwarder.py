@@ -25,6 +25,7 @@ import yarl
 
 from edge.feedback import RELAY_HEADER
 from edge.http_client import HTTPError, Pool, UpstreamResponse
+from edge.pd import Disaggregation
 from kvcompass.errors import ConfigError
 
 
@@ -60,8 +61,12 @@ class Forwarder:
         pool_size: int,
         connect_timeout_ms: float,
         first_byte_timeout_ms: float,
+        pd: Disaggregation | None = None,
     ) -> None:
+        """``pd``: this region's workers run disaggregated; a send to one of them is the
+        (prefill, decode) pair (``edge.pd``)."""
         self.routes = dict(routes)
+        self.pd = pd
         self._pool_size = pool_size
         self._timeout = aiohttp.ClientTimeout(
             total=None,
@@ -121,7 +126,12 @@ class Forwarder:
         if route.one_way_delay_s > 0:
             await asyncio.sleep(route.one_way_delay_s)
         try:
-            resp = await pool.post(prefix + path, body, hdrs, self._connect_s, self._first_byte_s)
+            if self.pd is not None and not route.relayed and self.pd.serves(worker):
+                resp = await self.pd.send(worker, pool, prefix + path, body, hdrs,
+                                          self._connect_s, self._first_byte_s)  # fmt: skip
+            else:
+                resp = await pool.post(prefix + path, body, hdrs, self._connect_s,
+                                       self._first_byte_s)  # fmt: skip
         except HTTPError as exc:
             raise ForwardError(exc.reason, f"worker {worker}: {exc}") from exc
         if resp.status in RETRIABLE_STATUS:
@@ -149,3 +159,5 @@ class Forwarder:
         self._sessions.clear()
         for pool, _ in self._pools.values():
             pool.close()
+        if self.pd is not None:
+            await self.pd.close()

@@ -18,7 +18,7 @@ such a request is resent once on a fresh connection (it never reached the worker
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from multidict import CIMultiDict
 
@@ -47,7 +47,8 @@ class _Conn:
 class UpstreamResponse:
     """Status, headers and a body to read once (``read`` or ``iter_chunks``), then ``release``."""
 
-    __slots__ = ("_chunked", "_conn", "_done", "_keep", "_left", "_pool", "headers", "status")
+    __slots__ = ("_chunked", "_conn", "_done", "_keep", "_left", "_on_release", "_pool", "headers",
+                 "status")  # fmt: skip
 
     def __init__(
         self, pool: Pool, conn: _Conn, status: int, headers: CIMultiDict[str], keep: bool
@@ -62,6 +63,11 @@ class UpstreamResponse:
         self._left = int(cl) if cl is not None and not self._chunked else -1
         self._keep = keep and (self._chunked or self._left >= 0)
         self._done = self._left == 0
+        self._on_release: Callable[[], None] | None = None
+
+    def when_released(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, at ``release`` (whoever reads the body ends it)."""
+        self._on_release = callback
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive (chunk framing removed)."""
@@ -100,6 +106,9 @@ class UpstreamResponse:
         conn, self._conn = self._conn, None  # type: ignore[assignment]
         if conn is None:
             return
+        if self._on_release is not None:
+            callback, self._on_release = self._on_release, None
+            callback()
         if self._done and self._keep:
             self._pool.put(conn)
         else:

@@ -54,7 +54,7 @@ def load(path: str | Path | None, overrides: dict[str, Any]) -> tuple[EdgeConfig
     cfg = EdgeConfig.from_toml_text(text, overrides)
     data = tomllib.loads(text) if text else {}
     if "regions" in data:
-        edge_tables = ("edge", "workers", "peers", "pipeline", "models", "tenants")
+        edge_tables = ("edge", "workers", "peers", "pipeline", "models", "tenants", "pd")
         rest = {k: v for k, v in data.items() if k not in edge_tables}
         return cfg, Deployment.from_dict(rest)
     return cfg, load_deployment(cfg.deployment)

@@ -38,6 +38,8 @@ HELP: dict[str, str] = {
     "reused_tokens_total": "tokens the serving worker reported reused",
     "false_hits_total": "served requests that reused fewer tokens than claimed",
     "forward_failures_total": "forwards that failed, by reason",
+    "pd_prefill_failures_total": "prefill halves of PD pairs that failed, by reason (edge.pd)",
+    "pd_decode_open_requests": "requests this edge has open at each decode worker (edge.pd)",
     "retries_total": "forwards retried on another worker",
     "migrations_total": "migration requests published",
     "migrations_out_of_scope_total": "migration requests dropped: target not among the request's "

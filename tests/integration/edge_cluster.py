@@ -104,10 +104,11 @@ class Cluster:
         only = overrides.pop("only_workers", None)  # a partial [workers] map
         models = overrides.pop("models", None)  # [models.*] and [tenants.*] tables
         tenants = overrides.pop("tenants", None)
+        pd = overrides.pop("pd", None)  # a [pd] table (edge.pd)
         values.update(overrides)
         workers = {str(w): u for w, u in self.urls.items() if only is None or w in only}
         peers = values.pop("peers", None)
-        cfg = EdgeConfig.from_mapping(values, workers, peers, None, models, tenants)
+        cfg = EdgeConfig.from_mapping(values, workers, peers, None, models, tenants, pd)
         sink = MemoryProducer()
         app = assemble(cfg, DEPLOYMENT, sink=sink)
         app.view.apply_all(self.index.full_images())  # what the compacted topic holds
