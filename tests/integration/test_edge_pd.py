@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -121,3 +123,14 @@ def test_pd_config__clear_errors() -> None:
     )  # fmt: skip
     with pytest.raises(ConfigError, match=r"workers \[2\] are not this region's"):
         assemble(cfg, ec.DEPLOYMENT)
+
+
+def test_readme_pd_config__parses_as_written() -> None:
+    """edge/README.md's ``[pd]`` example is a valid config meaning what the README says."""
+    text = (Path(__file__).resolve().parents[2] / "edge" / "README.md").read_text()
+    m = re.search(r"<!-- config:pd -->\s*```toml\n(.*?)```", text, re.S)
+    assert m is not None
+    cfg = EdgeConfig.from_toml_text(m.group(1))
+    assert cfg.pd == PDConfig(("http://10.0.0.20:30000", "http://10.0.0.21:30000"), ((1, 9000),))
+    assert cfg.pd.bootstrap_port == 8998 and dict(cfg.workers) == {
+        0: "http://10.0.0.10:30000", 1: "http://10.0.0.11:30000"}  # fmt: skip
