@@ -18,6 +18,7 @@ and a second HTTP client library for forwarding.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,9 @@ class EdgeApp:
     """Parses and tokenizes large bodies off the event loop (``edge.off_loop``)."""
     client_ids: ClientIds = field(default_factory=lambda: ClientIds(4096))
     """(tenant, client's request id) → edge request id, for ``/debug/explain``."""
+    scratch_deciders: Callable[[], list[Decider]] | None = None
+    """Fresh deciders built as the service's are, over an empty view of their own: the start-up
+    warm-up drives them through every entry point (``kvcompass.decider.rehearsal``)."""
 
     @property
     def limits(self) -> shapes.Limits:
@@ -144,6 +148,12 @@ def assemble(
     # on the same view, told the same facts, so a live switch compares like with like
     no_booking = Decider.for_deployment(deployment, levels, origin, replace(rc, booking=False),
                                         hasher, view, paths)  # fmt: skip
+
+    def scratch_deciders() -> list[Decider]:
+        return [Decider.for_deployment(deployment, levels, origin, c, hasher,
+                                       IndexView(layout, levels.matrix, pipe.n_shards), paths)
+                for c in (rc, replace(rc, booking=False))]  # fmt: skip
+
     discovery = decider.discovery
     registry = registry_from_url(pipe.schema_registry_url)
     codec = AvroCodec(registry)
@@ -192,7 +202,7 @@ def assemble(
         config=config, service=service, forwarder=forwarder,
         tokenizer=make_tokenizer(config.tokenizer), view=view, pipeline=pipe, registry=registry,
         tenancy=tenancy, store=store, local_workers=local,
-        client_ids=ClientIds(config.explain_capacity),
+        client_ids=ClientIds(config.explain_capacity), scratch_deciders=scratch_deciders,
     )  # fmt: skip
 
 

@@ -31,6 +31,7 @@ from edge.loads import LocalLoads
 from edge.schemes import EDGE_SCHEMES
 from edge.shared_view import ViewFileFollower
 from edge.sync import broadcast, open_followers
+from kvcompass.decider.rehearsal import rehearse
 from kvcompass.deployment import Deployment
 from kvcompass.errors import ConfigError
 from wire.deployments import load_deployment
@@ -67,10 +68,14 @@ first ladders, so each lookup and scoring kernel runs once."""
 
 def warm_up(edge: EdgeApp) -> float:
     """Run one decision and every scheme's ordering on a made-up prompt before the edge accepts
-    requests, so numba compiles (or loads from its cache) every kernel a request reaches. With a
-    cold numba cache (a fresh clone) the first requests otherwise waited seconds for the
-    compiler: the demo's first KVCompass run timed out in a clean-clone CI run. No state
-    changes: the decision is not dispatched. Returns the seconds it took."""
+    requests, and drive scratch deciders (booking on and off) through every entry point
+    (``kvcompass.decider.rehearsal``: dispatch, first token, relay, refusal, vectors), so numba
+    compiles (or loads from its cache) every kernel a request reaches. With a cold numba cache
+    (a fresh clone) the first requests otherwise waited seconds for the compiler: the demo's
+    first KVCompass run timed out in a clean-clone CI run, and once the edge booked, a fresh
+    clone's first KVCompass run had a 3 s P99 from kernels compiled on the first relays. No
+    state changes: the service's decision is not dispatched, the scratch deciders are dropped.
+    Returns the seconds it took."""
     t0 = time.perf_counter()
     tokens = (np.arange(WARM_UP_TOKENS, dtype=np.int32) * 7919) % 32_000
     svc = edge.service
@@ -79,6 +84,8 @@ def warm_up(edge: EdgeApp) -> float:
     if svc.schemes is not None:
         for name in EDGE_SCHEMES:
             svc.schemes.order(name, tokens, lookup, plan.decision)
+    for scratch in edge.scratch_deciders() if edge.scratch_deciders is not None else ():
+        rehearse(scratch, tokens, svc.clock_ms())
     return time.perf_counter() - t0
 
 
