@@ -113,6 +113,8 @@ class DemoPlan:
     drain_timeout_s: float = 600.0
     """How long a run's leftovers may keep the workers busy before the next run."""
     seed: int = 1
+    prime: bool = True
+    """Replay the first run once, unmeasured, before any measured run (``e2e.demo.prime``)."""
     out_dir: Path = Path("demo-out")
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -75,6 +75,9 @@ def test_demo__every_scheme_incl_sglang_gateway__measured_after_warmup_checks_ho
         assert split["explained"] >= r["completed"], (r["scheme"], split)
         assert split["captured"] <= split["reusable"] <= split["prompt"], (r["scheme"], split)
         assert split["forgone_wan"] <= split["reusable"] - split["captured"], (r["scheme"], split)
+    for r in rows + burst_rows:  # each measured request, for a post-mortem
+        per = r["per_request"]
+        assert len(per["ttft_ms"]) == len(per["worker"]) == r["requests"], r["scheme"]
     for r in edge_rows:  # every request completed: the engine's counts are the edges' counts
         assert r["reuse_tokens"]["delivered"] == r["reused_tokens"], r["scheme"]
     assert checks["views"]["ok"] and checks["events"]["ok"], checks
