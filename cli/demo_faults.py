@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     console.print(
         "[green]every scenario: served under the fault, views equal the truth, "
-        "no accepted event lost[/green]"
+        "no accepted event lost, every engine's published cache in kv-events[/green]"
     )
     return 0
 
@@ -159,6 +159,7 @@ def _table(results: list[Any], table_cls: Any) -> Any:
         "quiescent s",
         "view mismatches",
         "events lost",
+        "engine ≠ kafka",
         "result",
     ):
         t.add_column(col, justify="left" if col in ("scenario", "fault", "result") else "right",
@@ -170,6 +171,7 @@ def _table(results: list[Any], table_cls: Any) -> Any:
             else ", ".join(f"{reg} {m}/{c}" for reg, (c, m, _) in r.views.per_edge.items())
         )
         lost = "—" if r.events is None else f"{r.events.lost} of {r.events.with_ops}"
+        eng = "—" if r.engines is None else f"{r.engines.differing} keys"
         verdict = "skipped" if r.skipped else ("ok" if r.ok else f"FAILED {r.error or ''}")
         t.add_row(
             r.name,
@@ -182,6 +184,7 @@ def _table(results: list[Any], table_cls: Any) -> Any:
             f"{r.quiescent_s:.1f}",
             views,
             lost,
+            eng,
             verdict,
         )
     return t

@@ -4,11 +4,14 @@ Owns ``BackgroundLoad`` (a few asyncio clients in one thread, each pinned to one
 ``POST /generate`` with prompts that share per-family prefixes, so the index fills, pages move to
 DRAM and get evicted) and ``run_scenarios``: for each scenario, the load runs while the fault
 happens and for ``settle_s`` after it; then the load pauses, the pipeline must become quiescent,
-every edge's view must equal the truth rebuilt from ``kv-events`` (``check_views``) and every
-accepted event must appear in ``index-ops`` (``count_events``).
+every edge's view must equal the truth rebuilt from ``kv-events`` (``check_views``), every
+accepted event must appear in ``index-ops`` (``count_events``) and every engine's published
+batches must imply the cache ``kv-events`` says its worker holds (``e2e.engine_check``).
 
 Scenarios (``SCENARIOS``): ``baseline`` (no fault), ``maintenance-crash`` (SIGKILL maintenance 0,
-run ``hold_s``, start it again), ``edge-restart`` (SIGTERM + start the edge of the second region:
+run ``hold_s``, start it again), ``sidecar-crash`` (SIGKILL the sidecar of the first region's
+first worker while its engine keeps publishing, ``hold_s`` down, start it again: CLEARED, then the
+engine's replay buffer), ``edge-restart`` (SIGTERM + start the edge of the second region:
 its clients see refused connections meanwhile, the others are served), ``broker-restart`` (only
 when the cluster owns its broker; a bounded error burst is allowed and reported),
 ``queue-vectors-drop`` (``drop_queue_vectors(hold_s)``), ``poison-record`` (999,960 bytes of
@@ -24,6 +27,7 @@ Must not: be the project's load generator for experiments (that is ``e2e/loadgen
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +36,9 @@ from dataclasses import dataclass, field
 import aiohttp
 import numpy as np
 
+from e2e import commands, probes
 from e2e.cluster import LocalCluster
+from e2e.engine_check import EngineCheck, check_engines
 from e2e.probes import EventCount, ViewCheck
 
 _ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz      .,", dtype=np.uint8)
@@ -235,6 +241,8 @@ class ScenarioResult:
     quiescent_s: float = 0.0
     views: ViewCheck | None = None
     events: EventCount | None = None
+    engines: EngineCheck | None = None
+    """What every engine published vs what ``kv-events`` holds (``e2e.engine_check``)."""
     error: str | None = None
     skipped: bool = False
 
@@ -249,6 +257,8 @@ class ScenarioResult:
             and self.views.ok
             and self.events is not None
             and self.events.ok
+            and self.engines is not None
+            and self.engines.ok
         )
 
 
@@ -259,6 +269,35 @@ Fault = Callable[[LocalCluster, float], str]
 def _baseline(c: LocalCluster, hold_s: float) -> str:
     time.sleep(hold_s)
     return f"none ({hold_s:.0f} s of load)"
+
+
+def _sidecar_crash(c: LocalCluster, hold_s: float) -> str:
+    w = c.region_workers(c.regions[0])[0]
+    name = f"sidecar-{w}"
+    c.expect_down(name, True)
+    c.spawner.kill(name)  # SIGKILL mid-stream: nothing flushed, nothing said
+    time.sleep(hold_s)  # its engine keeps serving and publishing; nobody subscribes
+    marks = probes.ends(c.bootstrap, c.topics.kv_events)
+    log_at = c.spawner.children[name].log_path.stat().st_size
+    c.spawn(name, commands.sidecar(c.spec, w, c.worker_urls[w], c.bootstrap))
+    c.expect_down(name, False)
+    watch = probes.ClearedWatch(c.bootstrap, c.topics.kv_events, marks)
+    try:
+
+        def cleared() -> bool:
+            watch.poll()
+            return w in watch.cleared
+
+        c.poll_until(cleared, [name], 90.0)
+    finally:
+        watch.close()
+    with c.spawner.children[name].log_path.open(errors="replace") as f:
+        f.seek(log_at)
+        lost = "older than the engine's replay buffer" in f.read()
+    how = ("its engine's replay buffer had lost events: degraded until it re-learns" if lost
+           else "every batch again from the engine's replay buffer")  # fmt: skip
+    return (f"SIGKILL {name}, {hold_s:.0f} s down while worker-{w} served and published; "
+            f"started again: CLEARED, then {how}")  # fmt: skip
 
 
 def _maintenance_crash(c: LocalCluster, hold_s: float) -> str:
@@ -329,6 +368,7 @@ def _index_ops_lost(c: LocalCluster, hold_s: float) -> str:
 SCENARIOS: dict[str, Fault] = {
     "baseline": _baseline,
     "maintenance-crash": _maintenance_crash,
+    "sidecar-crash": _sidecar_crash,
     "edge-restart": _edge_restart,
     "broker-restart": _broker_restart,
     "queue-vectors-drop": _queue_vectors_drop,
@@ -409,6 +449,10 @@ def _run_one(
         say(f"{name}: checking views and events")
         res.views = cluster.check_views()
         res.events = cluster.count_events()
+        infos = {w: json.loads(probes.http("GET", url + "/server_info", None, 10.0)[1])
+                 for w, url in cluster.worker_urls.items()}  # fmt: skip
+        res.engines = check_engines(cluster.bootstrap, cluster.topics.kv_events, cluster.dep,
+                                    cluster.spec.model, cluster.worker_urls, infos)  # fmt: skip
     except Exception as exc:
         res.error = (res.error + "; " if res.error else "") + f"{type(exc).__name__}: {exc}"
     return res

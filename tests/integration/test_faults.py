@@ -3,11 +3,12 @@
 
 A small 3-region deployment (us 2, eu 1, asia 1 workers) runs as real ``kvcompass`` processes:
 maintenance units, emulated workers + sidecars, one edge per region. Under a background load,
-maintenance crash / edge restart / queue-vector drop / a 1 MB poison record (shared session
-broker) and a broker restart (a broker of its own, started by the cluster in ``tmp_path``) each
-keep requests served, and
-afterwards every edge's view equals the truth rebuilt from ``kv-events`` and every accepted event
-is in ``index-ops``. No process outlives the cluster, also when start-up fails.
+maintenance crash / edge restart / queue-vector drop / a 1 MB poison record / index-ops lost /
+a sidecar SIGKILLed mid-stream (shared session broker) and a broker restart (a broker of its
+own, started by the cluster in ``tmp_path``) each keep requests served, and afterwards every
+edge's view equals the truth rebuilt from ``kv-events``, every accepted event is in
+``index-ops``, and every engine's published batches imply what ``kv-events`` says its worker
+holds (``e2e.engine_check``). No process outlives the cluster, also when start-up fails.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ def _assert_checked(res: ScenarioResult) -> None:
     assert res.events.with_ops > 0
     assert res.events.lost == 0, str(res.events)
     assert res.events.logged_key_ops == res.events.expected_key_ops, str(res.events)
+    # the engine side: every worker's published batches imply what kv-events says it holds
+    assert res.engines is not None and res.engines.ok, res.engines
+    assert not res.engines.incomplete and len(res.engines.per_worker) == 4, res.engines
+    assert all(e == k > 0 for e, k, _ in res.engines.per_worker.values()), res.engines
 
 
 def test_faults__shared_broker__served_views_equal_truth_nothing_lost(
@@ -70,6 +75,7 @@ def test_faults__shared_broker__served_views_equal_truth_nothing_lost(
                 "queue-vectors-drop",
                 "poison-record",
                 "index-ops-lost",
+                "sidecar-crash",
             ],
             hold_s=3.0,
             settle_s=2.0,
@@ -90,6 +96,10 @@ def test_faults__shared_broker__served_views_equal_truth_nothing_lost(
         assert healed >= 1, "no shard rebuilt itself from kv-events"
         print(f"index-ops-lost: {lost.fault}; {healed} shard rebuilds; views {lost.views}; "
               f"events {lost.events}")  # fmt: skip
+
+        crash = results[5]  # SIGKILLed mid-stream: the restart replayed the engine's buffer
+        assert "every batch again from the engine's replay buffer" in crash.fault, crash.fault
+        print(f"sidecar-crash: {crash.fault}; {crash.engines.line() if crash.engines else ''}")
 
         cluster.flush_caches()
         after = cluster.check_views()
