@@ -85,3 +85,16 @@ def test_comparison_seeds__spread_cells_and_verdict_columns() -> None:
     line = tables.verdict_seeds([RUNS, second])
     assert "P99 TTFT vs best other dynamo: 2.50× (2.00–3.00) ours, win" in line
     assert "central_directory_ideal" not in line
+
+
+def test_verdict__a_scheme_that_failed_more_requests_is_left_out_of_the_p99_contest() -> None:
+    runs = {
+        "kvcompass": {"ttft_p99_ms": 2400.0, "throughput_tok_s": 130.0, "failed": 0.0},
+        "collapsing": {"ttft_p99_ms": 500.0, "throughput_tok_s": 12.0, "failed": 292.0},
+        "other": {"ttft_p99_ms": 2800.0, "throughput_tok_s": 130.0, "failed": 0.0},
+    }
+    line = tables.verdict(runs)
+    assert "lowest P99 TTFT yes (best other other, 1.17× ours" in line
+    assert "left out, more failed requests: collapsing" in line
+    line = tables.verdict({**runs, "kvcompass": {**runs["kvcompass"], "failed": 300.0}})
+    assert "best other collapsing, 0.21× ours" in line  # it failed fewer than ours: it counts
