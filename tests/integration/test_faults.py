@@ -37,7 +37,7 @@ def _gone(pids: list[int]) -> bool:
     return True
 
 
-def _assert_checked(res: ScenarioResult) -> None:
+def _assert_checked(res: ScenarioResult, n_workers: int) -> None:
     assert res.error is None, res.error
     assert res.load.served > 0, res.load
     assert res.views is not None and res.events is not None
@@ -49,7 +49,7 @@ def _assert_checked(res: ScenarioResult) -> None:
     assert res.events.logged_key_ops == res.events.expected_key_ops, str(res.events)
     # the engine side: every worker's published batches imply what kv-events says it holds
     assert res.engines is not None and res.engines.ok, res.engines
-    assert not res.engines.incomplete and len(res.engines.per_worker) == 4, res.engines
+    assert not res.engines.incomplete and len(res.engines.per_worker) == n_workers, res.engines
     assert all(e == k > 0 for e, k, _ in res.engines.per_worker.values()), res.engines
 
 
@@ -82,7 +82,7 @@ def test_faults__shared_broker__served_views_equal_truth_nothing_lost(
             load=load,
         )
         for res in results:
-            _assert_checked(res)
+            _assert_checked(res, cluster.n_workers)
         restart = results[1]
         restarted = cluster.regions[1]
         others = [t.served for r, t in restart.load.per_edge.items() if r != restarted]
@@ -121,7 +121,7 @@ def test_broker_restart__own_broker__served_and_nothing_lost(tmp_path: Path) -> 
             settle_s=3.0,
             load=BackgroundLoad(cluster.edge_urls, clients=3, seed=2),
         )
-        _assert_checked(res)
+        _assert_checked(res, cluster.n_workers)
         pids = [c.pid for c in cluster.spawner.children.values() if c.pid is not None]
         broker_pid = cluster.broker.running_pid()
     assert _gone([*pids, broker_pid])
