@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 from kvcompass.errors import InvalidInputError
 from sim.workloads.regions import assign_regions
 from sim.workloads.sampling import (
+    check_block_tokens,
     check_common,
     concat_ranges,
     fresh_ranges,
@@ -88,9 +89,7 @@ def make_burst(
     """``n_requests`` Burst requests at a mean ``rate_per_s``; kind ``Kind.BURST``, tenant 0."""
     check_common(n_requests, rate_per_s, n_regions)
     p = params if params is not None else BurstParams()
-    bt = int(block_tokens)
-    if bt < 1:
-        raise InvalidInputError(f"block_tokens: expected >= 1, got {block_tokens!r}")
+    bt = check_block_tokens(block_tokens)
     n = int(n_requests)
     probs = region_probabilities(n_regions, region_weights)
     burst = np.arange(n, dtype=np.int64) // p.per_burst

@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from kvcompass.errors import InvalidInputError
 from sim.workloads.regions import assign_regions
 from sim.workloads.sampling import (
+    check_block_tokens,
     check_common,
     concat_ranges,
     fresh_ranges,
@@ -119,8 +120,7 @@ def make_chat(
 ) -> Workload:
     """Generate ``n_requests`` chat turns (see module docstring) in arrival order."""
     check_common(n_requests, rate_per_s, n_regions)
-    if not isinstance(block_tokens, int) or block_tokens < 1:
-        raise InvalidInputError(f"block_tokens: expected an int >= 1, got {block_tokens!r}")
+    check_block_tokens(block_tokens)
     probs = region_probabilities(n_regions, region_weights)
     n = int(n_requests)
     n_conv = int(np.ceil(n / params.mean_turns * 1.2)) + 16

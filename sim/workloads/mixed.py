@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 from kvcompass.errors import InvalidInputError
 from sim.workloads.regions import assign_regions
 from sim.workloads.sampling import (
+    check_block_tokens,
     check_common,
     concat_ranges,
     fresh_ranges,
@@ -108,9 +109,7 @@ def make_mixed(
     """
     check_common(n_requests, rate_per_s, n_regions)
     p = params if params is not None else MixedParams()
-    bt = int(block_tokens)
-    if bt < 1:
-        raise InvalidInputError(f"block_tokens: expected >= 1, got {block_tokens!r}")
+    bt = check_block_tokens(block_tokens)
     n = int(n_requests)
     probs = region_probabilities(n_regions, region_weights)
 

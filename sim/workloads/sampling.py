@@ -25,6 +25,15 @@ def check_common(n_requests: int, rate_per_s: float, n_regions: int) -> None:
         raise InvalidInputError(f"n_regions: expected an int >= 1, got {n_regions!r}")
 
 
+def check_block_tokens(block_tokens: object) -> int:
+    """The ``block_tokens`` every generator takes: a positive int."""
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int | np.integer):
+        raise InvalidInputError(f"block_tokens: expected an int >= 1, got {block_tokens!r}")
+    if block_tokens < 1:
+        raise InvalidInputError(f"block_tokens: expected an int >= 1, got {block_tokens!r}")
+    return int(block_tokens)
+
+
 def region_probabilities(
     n_regions: int, region_weights: NDArray[np.float64] | None
 ) -> NDArray[np.float64]:
