@@ -37,6 +37,13 @@ _MAX_KEYS = 2048
 _KEY_CHARS = 240
 
 
+_NO_ARGS = ()
+"""What a rewritten record's ``args`` become once its message is formatted into ``msg``: an empty
+tuple, never None. mode's formatter (Faust's root handlers) turns a non-tuple ``args`` into a
+one-element tuple, so ``None`` became ``msg % (None,)`` and every annotated line was a
+"--- Logging error ---" traceback in the pipeline worker (issue 35 item 8); an empty tuple is
+left alone by both it and ``LogRecord.getMessage``, even if ``msg`` holds a '%'."""
+
 EVERY_LINE = {"kvc_every_line": True}
 """``log.error(..., extra=EVERY_LINE)``: never rate-limited (the caller paces it)."""
 
@@ -104,7 +111,7 @@ class RepeatFilter(logging.Filter):
 
 def _annotate(record: logging.LogRecord, n: int, over_s: float) -> None:
     record.msg = f"{record.getMessage()} [+{n} like this in the last {over_s:.0f} s]"
-    record.args = None
+    record.args = _NO_ARGS
 
 
 def _summary_line(key: tuple[str, int, str], n: int) -> None:
@@ -122,7 +129,7 @@ class MalformedInputFilter(logging.Filter):
         if exc is None or not type(exc).__module__.startswith("aiohttp.http_exceptions"):
             return True
         record.msg = f"{record.getMessage()}: malformed request: {exc}"
-        record.args = None
+        record.args = _NO_ARGS
         record.exc_info = None
         record.exc_text = None
         record.levelno, record.levelname = logging.WARNING, "WARNING"

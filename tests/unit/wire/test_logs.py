@@ -87,6 +87,62 @@ def test_summary_reports_what_is_still_counted__nothing_lost(
     assert f.summary() == 0  # reported once
 
 
+def test_every_line_it_writes_formats__faust_root_handler_formatter() -> None:
+    """Issue 35 item 8: under Faust (mode's ``ExtensionFormatter`` on the root handlers) the
+    annotated line, the summary line and a rewritten aiohttp line each format; formatting here
+    raises instead of printing "--- Logging error ---"."""
+    from aiohttp.http_exceptions import BadStatusLine
+    from mode.utils.logging import ExtensionFormatter
+
+    formatter = ExtensionFormatter(fmt="%(levelname)s %(message)s %(extra)s")
+
+    class Formatted(Lines):
+        def __init__(self) -> None:
+            super().__init__()
+            self.text: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record)
+            self.text.append(formatter.format(record).rstrip())
+
+    clock = Clock()
+    log = logging.getLogger("test.wire.logs.faust")
+    log.propagate = False
+    lines = Formatted()
+    f = RepeatFilter(30.0, clock=clock)
+    lines.addFilter(f)
+    log.addHandler(lines)
+    log.addFilter(MalformedInputFilter())
+    try:
+        for i in range(3):
+            log.warning("Connect to %s failed: %d%% of retries used", "127.0.0.1:19092", i)
+        log.warning("plain 100% line")
+        log.warning("plain 100% line")
+        clock.t = 31.0
+        log.warning("Connect to %s failed: %d%% of retries used", "127.0.0.1:19092", 9)
+        log.warning("plain 100% line")
+        log.warning("plain 100% line")
+        assert f.summary() == 1
+        try:
+            raise BadStatusLine("GARBAGE 50% / HTTP/9")
+        except BadStatusLine:
+            log.exception("Error handling request from %s", "10.0.0.7")
+    finally:
+        log.removeHandler(lines)
+        log.propagate = True
+    text = lines.text
+    assert text[:5] == [
+        "WARNING Connect to 127.0.0.1:19092 failed: 0% of retries used",
+        "WARNING plain 100% line",
+        "WARNING Connect to 127.0.0.1:19092 failed: 9% of retries used "
+        "[+2 like this in the last 31 s]",
+        "WARNING plain 100% line [+1 like this in the last 31 s]",
+        "WARNING 1 more like: plain #% line",
+    ], text
+    assert len(text) == 6 and "GARBAGE 50% / HTTP/9" in text[5], text
+    assert text[5].startswith("WARNING Error handling request from 10.0.0.7: malformed request")
+
+
 def test_malformed_request_becomes_one_warning__no_traceback() -> None:
     from aiohttp.http_exceptions import BadStatusLine
 
