@@ -13,9 +13,11 @@
   used for a region only while no edge vector of it arrived within 10 Δ, since the owner's
   booking knows better; and the cache-state reports, degraded workers, which go to
   ``EdgeApp.cache_states`` from every region, the edge's own included). The newest ``seq`` is
-  kept per (region, reporter); a record may speak only for its own region's workers; the
-  decider refuses a reading time more than Δ ahead of this edge's clock. Bad records go to
-  ``dead-letters`` with the reason (``wire.dead_letter.DeadLetters``).
+  kept per (region, reporter); a ``seq`` or ``timestamp_ms`` more than Δ ahead of this edge's
+  clock (both are the sender's clock) is refused before anything of the record is used, so the
+  kept ``seq`` never exceeds what a sender could have produced; a record may speak only for its
+  own region's workers. Bad records go to ``dead-letters`` with the reason
+  (``wire.dead_letter.DeadLetters``).
 - ``broadcast``: every Δ, this edge's own vector (``EdgeService.broadcast``).
 Must not route or serve HTTP.
 """
@@ -129,6 +131,7 @@ class QueueVectorFollower:
                 raise ValueError(f"expected a QueueVector record, got {name}")
             reporter = str(rec.get("reporter", ""))
             vec = _checked(rec, svc.deployment.worker_region, edge=reporter == EDGE_REPORTER)
+            _bounded(rec, svc.clock_ms(), svc.decider.config.max_clock_ahead_ms)
             if reporter != EDGE_REPORTER:
                 became = self.edge.cache_states.report(
                     rec["bridged_worker_ids"], rec["cache_unknown_worker_ids"],
@@ -233,6 +236,26 @@ def _checked(rec: dict[str, Any], worker_region: Any, edge: bool) -> QueueVector
         raise InvalidInputError("in_flight times: expected finite values")
     flying = tuple(zip(fw.tolist(), fa, fk, strict=True))
     return QueueVector(region, float(rec["timestamp_ms"]), ids, qs, flying)
+
+
+def _bounded(rec: dict[str, Any], now_ms: float, ahead_ms: float) -> None:
+    """Refuse a ``seq`` or ``timestamp_ms`` no sender could have produced yet (issue 35 item 1).
+
+    Both reporters write their wall clock in ms as ``seq`` (``edge.records.vector_record``,
+    ``workers.load_reporter``), so a value more than ``ahead_ms`` (Δ) past this edge's clock is
+    forged or from a broken clock. Kept as the newest ``seq`` of its (region, reporter), one such
+    record (``seq`` 2^62) used to make every later real report look old, freezing the region's
+    load reports until restart; refused here, it is dead-lettered and never adopted, and a
+    record within the bound can hold the newest ``seq`` at most ``ahead_ms`` past real time."""
+    from kvcompass.errors import InvalidInputError
+
+    for name in ("seq", "timestamp_ms"):
+        value = rec[name]
+        if not value <= now_ms + ahead_ms:
+            raise InvalidInputError(
+                f"{name}: expected at most this edge's clock + {ahead_ms:g} ms "
+                f"({now_ms + ahead_ms:.0f}), got {value}: no sender's clock is that far ahead"
+            )
 
 
 async def broadcast(edge: EdgeApp, stop: asyncio.Event) -> None:

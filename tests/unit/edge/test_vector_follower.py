@@ -91,3 +91,32 @@ def test_an_announced_forward__counted_until_it_lands() -> None:
     before = edge.service.decider.router.queue_view.pending_ms[1]
     assert f.handle(0, 0, None, enc("QueueVector", rec))
     assert edge.service.decider.router.queue_view.pending_ms[1] > before
+
+
+def test_a_forged_seq__dead_lettered_and_real_reports_still_counted() -> None:
+    """Issue 35 item 1, the probe's shape: one record with seq 2^62 (its timestamp real), then
+    the region's real reports. Before, the forged seq was kept and every later report dropped."""
+    edge, f, now = _rig()
+    enc = edge.service.codec.encode
+    m = edge.service.metrics
+    forged_sidecar = {**_sidecar_vec(int(now[0]), 500.0), "seq": 2**62}
+    forged_edge = {**_edge_vec(now[0], 600.0), "seq": 2**62}
+    assert not f.handle(0, 0, None, enc("QueueVector", forged_sidecar))
+    assert not f.handle(0, 1, None, enc("QueueVector", forged_edge))
+    assert m.total("dead_letters_total") == 2
+    assert f.last_seq == {}  # never adopted
+    assert isinstance(f.dead.producer, MemoryProducer)
+    (_, value), *_ = f.dead.producer.of("dl")
+    _, letter = edge.service.codec.decode(value or b"")
+    assert "seq: expected at most this edge's clock" in letter["reason"]
+    for i in range(5):  # the region's real load reports, one per Δ: every one counted
+        now[0] += 20.0
+        assert f.handle(0, 2 + i, None, enc("QueueVector", _sidecar_vec(int(now[0]), 3.0 + i)))
+    assert m.get("queue_vectors_total", reporter="sidecar") == 5
+    assert _queue(edge) > 3.0
+    # within the bound (Δ ahead at most) a seq is kept: it can hold the newest for Δ, no more
+    ahead = edge.service.decider.config.max_clock_ahead_ms
+    assert f.handle(0, 9, None, enc("QueueVector", {**_sidecar_vec(int(now[0]), 1.0),
+                                                  "seq": int(now[0] + ahead)}))  # fmt: skip
+    now[0] += ahead + 1.0
+    assert f.handle(0, 10, None, enc("QueueVector", _sidecar_vec(int(now[0]), 2.0)))
