@@ -139,10 +139,13 @@ class RankBridge:
         if ch.op is Op.CLEARED:
             return rec
         first, last = ch.blocks[0], ch.blocks[-1]
+        # Keys only: the pipeline reads registration_keys and nothing else of a keyed event.
+        # The prefix's token ids (4 bytes per token) and the page hashes (one Avro long per
+        # page) made a 3,840-token event 17 KB and cost ~75 us of Avro decode per event in the
+        # rechunk agent, more than its whole per-event budget (pipeline/README.md, "Throughput").
         rec.update(
             tier=ch.tier.name,
             token_count=last.end,
-            block_hashes=[b.block_hash for b in ch.blocks],
             parent_block_hash=None if first.parent is None else first.parent.block_hash,
             block_size_tokens=int(first.tokens.size),
             registration_lengths=ch.lengths,
@@ -150,8 +153,6 @@ class RankBridge:
         )
         if ch.salt is not None:  # keyed in the namespace of the salt's sharing group
             rec["sharing_group"] = ch.salt
-        if ch.op is Op.STORED:
-            rec["token_ids"] = last.prefix().astype("<i4").tobytes()
         return rec
 
     # -- sequence discipline -------------------------------------------------------------------
