@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from wire.topics import adopt_retention, ensure_topics
 
     cfg = _config(args)
+    if cfg.checkpointing_note:  # a short index-ops retention implied the checkpoint period
+        print(f"implied: {cfg.checkpointing_note}", flush=True)
     report = ensure_topics(AdminClient(librdkafka_conf(cfg)), cfg)
     for d in report.drift:
         print(f"drift: {d}")

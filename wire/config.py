@@ -88,7 +88,9 @@ class PipelineConfig:
     passed since its last checkpoint, at its next batch."""
     checkpoint_margin_ms: int = 10 * _MINUTE_MS
     """Slack of the retention rule: time for a checkpoint to be written and for a held or
-    stopped unit to come back before the tail it needs expires."""
+    stopped unit to come back before the tail it needs expires. Left at their defaults, this
+    and ``checkpoint_period_ms`` are implied by a shorter ``index_ops_retention_ms``
+    (``implied_checkpointing``; what was implied is in ``checkpointing_note``)."""
     checkpoint_chunk_bytes: int = 512 * 1024
     """Payload bytes per ``ShardSnapshotChunk`` record: below the broker's default 1 MB
     ``max.message.bytes`` with room for the Avro and Kafka framing."""
@@ -131,6 +133,9 @@ class PipelineConfig:
     ssl_check_hostname: bool = True
     """Check the broker certificate's host name (off only for a broker reached by an address
     its certificate does not name)."""
+    checkpointing_note: str = field(default="", init=False, repr=False, compare=False)
+    """What ``__post_init__`` implied from a short ``index_ops_retention_ms`` ("" if nothing);
+    the pipeline worker prints it. Not a setting."""
 
     def __post_init__(self) -> None:
         _check_security(self)
@@ -164,13 +169,7 @@ class PipelineConfig:
                 not isinstance(value, int) or isinstance(value, bool) or value < 1
             ):
                 raise ConfigError(f"{f.name}: expected an int >= 1 (ms or bytes); got {value!r}")
-        need = self.checkpoint_period_ms + self.checkpoint_margin_ms
-        if self.index_ops_retention_ms <= need:
-            raise ConfigError(
-                f"index_ops_retention_ms: expected > checkpoint_period_ms + checkpoint_margin_ms "
-                f"= {need} (recovery replays index-ops from the latest checkpoint); got "
-                f"{self.index_ops_retention_ms}"
-            )
+        _imply_checkpointing(self)
         if not 1024 <= self.checkpoint_chunk_bytes <= 900 * 1024:
             raise ConfigError(
                 f"checkpoint_chunk_bytes: expected 1024..{900 * 1024} (below the broker's "
@@ -205,7 +204,10 @@ class PipelineConfig:
     def from_mapping(cls, values: Mapping[str, Any]) -> PipelineConfig:
         """From a parsed file section or CLI flags (``n-shards`` and ``n_shards`` both accepted);
         unknown keys are refused so that a typo is not silently a default."""
-        return cls(**kwargs_from_mapping(cls, values, "pipeline config", coerce=_coerce))
+        derived = [f.name for f in fields(cls) if not f.init]
+        return cls(
+            **kwargs_from_mapping(cls, values, "pipeline config", exclude=derived, coerce=_coerce)
+        )
 
     @classmethod
     def from_env(
@@ -224,11 +226,69 @@ class PipelineConfig:
         if env.get("KAFKA_BOOTSTRAP_SERVERS"):
             values["bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
         for f in fields(cls):
+            if not f.init:
+                continue
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is not None and raw != "":
                 values[f.name] = raw
         values.update({k.replace("-", "_"): v for k, v in flags.items() if v is not None})
         return cls.from_mapping(values)
+
+
+MIN_CHECKPOINT_PERIOD_MS = 1_000
+_DEFAULT_PERIOD_MS = 60_000
+_DEFAULT_MARGIN_MS = 10 * _MINUTE_MS
+
+
+def implied_checkpointing(retention_ms: int, period_ms: int, margin_ms: int) -> tuple[int, int]:
+    """``(checkpoint_period_ms, checkpoint_margin_ms)`` meeting the retention rule
+    ``retention_ms > period + margin`` (recovery replays ``index-ops`` from the latest
+    checkpoint), changed as little as it takes: unchanged if they meet it; else the margin kept
+    and the period ``(retention - margin) / 2``; if that is under 1 s, the margin cut to half
+    the retention and the period ``min(period, retention / 4)`` (a 5-minute retention with the
+    defaults: 60 s and 150 s). ``ConfigError`` (one line) if no period of 1 s would do."""
+    if retention_ms > period_ms + margin_ms:
+        return period_ms, margin_ms
+    if (retention_ms - margin_ms) // 2 >= MIN_CHECKPOINT_PERIOD_MS:
+        return (retention_ms - margin_ms) // 2, margin_ms
+    margin = retention_ms // 2
+    period = min(period_ms, (retention_ms - margin) // 2)
+    if period < MIN_CHECKPOINT_PERIOD_MS:
+        raise ConfigError(
+            f"index_ops_retention_ms: {retention_ms} is too short to checkpoint within (a period "
+            f"of at least {MIN_CHECKPOINT_PERIOD_MS} ms and a margin of half the retention need "
+            f"about {4 * MIN_CHECKPOINT_PERIOD_MS} ms); raise index-ops' retention"
+        )
+    return period, margin
+
+
+def _imply_checkpointing(c: PipelineConfig) -> None:
+    """The retention rule: with the checkpoint period and margin at their defaults, a shorter
+    retention implies them (``implied_checkpointing``, noted in ``checkpointing_note``); set by
+    hand, they must meet it, else one line says what to set."""
+    retention, period, margin = (
+        c.index_ops_retention_ms, c.checkpoint_period_ms, c.checkpoint_margin_ms
+    )  # fmt: skip
+    if retention > period + margin:
+        return
+    defaults = (period, margin) == (_DEFAULT_PERIOD_MS, _DEFAULT_MARGIN_MS)
+    if not defaults:
+        raise ConfigError(
+            f"index_ops_retention_ms: expected > checkpoint_period_ms + checkpoint_margin_ms = "
+            f"{period + margin} (recovery replays index-ops from the latest checkpoint); got "
+            f"{retention}; set both lower (e.g. checkpoint_period_ms={retention // 4}, "
+            f"checkpoint_margin_ms={retention // 2}) or leave both unset to have them implied"
+        )
+    new_period, new_margin = implied_checkpointing(retention, period, margin)
+    object.__setattr__(c, "checkpoint_period_ms", new_period)
+    object.__setattr__(c, "checkpoint_margin_ms", new_margin)
+    object.__setattr__(
+        c,
+        "checkpointing_note",
+        f"index_ops_retention_ms {retention} is below the default checkpoint_period_ms + "
+        f"checkpoint_margin_ms = {period + margin}: checkpointing every {new_period} ms with a "
+        f"margin of {new_margin} ms",
+    )
 
 
 SECURITY_FIELDS = ("security_protocol", "sasl_mechanism", "sasl_username", "sasl_password",

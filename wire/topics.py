@@ -28,7 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, but
 )
 
 from kvcompass.errors import ConfigError, KVCompassError
-from wire.config import PipelineConfig
+from wire.config import MIN_CHECKPOINT_PERIOD_MS, PipelineConfig, implied_checkpointing
 
 
 class TopicAdminError(KVCompassError):
@@ -160,16 +160,15 @@ def topic_specs(config: PipelineConfig) -> tuple[TopicSpec, ...]:
     )
 
 
-MIN_CHECKPOINT_PERIOD_MS = 1_000
-
-
 def adopt_retention(config: PipelineConfig, drift: Iterable[Drift]) -> tuple[PipelineConfig, str]:
     """The checkpoint rule against the broker's actual ``index-ops`` retention (a decision, no
     I/O). Recovery replays the tail after the latest checkpoint, so the broker must keep more
     than ``checkpoint_period_ms + checkpoint_margin_ms``. If it keeps less (someone changed the
-    topic), the unit adopts the broker's value and checkpoints often enough:
-    ``(retention - margin) / 2``; returns the adjusted config and what was done ("" if nothing).
-    If even a 1 s period cannot meet it, ``ConfigError`` names both values (one line)."""
+    topic), the unit adopts the broker's value and checkpoints often enough
+    (``wire.config.implied_checkpointing``: ``(retention - margin) / 2``, or with the margin cut
+    to half the retention when that is under 1 s); returns the adjusted config and what was
+    done ("" if nothing). If even a 1 s period cannot meet it, ``ConfigError`` names both values
+    (one line)."""
     need = config.checkpoint_period_ms + config.checkpoint_margin_ms
     for d in drift:
         if d.topic != config.topics.index_ops or d.item != "retention.ms":
@@ -180,18 +179,23 @@ def adopt_retention(config: PipelineConfig, drift: Iterable[Drift]) -> tuple[Pip
             return config, ""
         if broker_ms < 0 or broker_ms > need:  # -1: kept forever
             return config, ""
-        period = (broker_ms - config.checkpoint_margin_ms) // 2
-        if period < MIN_CHECKPOINT_PERIOD_MS:
+        try:
+            period, margin = implied_checkpointing(
+                broker_ms, config.checkpoint_period_ms, config.checkpoint_margin_ms
+            )
+        except ConfigError:
             raise ConfigError(
                 f"{d.topic}: retention.ms on the broker is {broker_ms}, expected > "
                 f"checkpoint_period_ms + checkpoint_margin_ms = {need} (with at least "
                 f"{MIN_CHECKPOINT_PERIOD_MS} ms of period); raise the topic's retention.ms"
-            )
-        adopted = replace(config, index_ops_retention_ms=broker_ms, checkpoint_period_ms=period)
+            ) from None
+        adopted = replace(config, index_ops_retention_ms=broker_ms, checkpoint_period_ms=period,
+                          checkpoint_margin_ms=margin)  # fmt: skip
+        cut = "" if margin == config.checkpoint_margin_ms else f" and a margin of {margin} ms"
         return adopted, (
             f"{d.topic}: retention.ms on the broker is {broker_ms}, below checkpoint_period_ms + "
             f"checkpoint_margin_ms = {need}: checkpointing every {period} ms instead of "
-            f"{config.checkpoint_period_ms} ms"
+            f"{config.checkpoint_period_ms} ms{cut}"
         )
     return config, ""
 

@@ -82,6 +82,21 @@ def test_mirror_sources_and_patches_source__names_of_the_mm2_copies() -> None:
             PipelineConfig.from_mapping(bad)
 
 
+def test_short_retention_implies_the_checkpointing__defaults_left_alone() -> None:
+    """Issue 35 item 9: a 5-minute index-ops retention under the default config starts."""
+    five = PipelineConfig.resolve({}, {"KVCOMPASS_INDEX_OPS_RETENTION_MS": "300000"}, {})
+    assert (five.checkpoint_period_ms, five.checkpoint_margin_ms) == (60_000, 150_000)
+    assert five.index_ops_retention_ms > five.checkpoint_period_ms + five.checkpoint_margin_ms
+    assert "checkpointing every 60000 ms with a margin of 150000 ms" in five.checkpointing_note
+    near = PipelineConfig(index_ops_retention_ms=640_000)  # the margin kept, the period shorter
+    assert (near.checkpoint_period_ms, near.checkpoint_margin_ms) == (20_000, 600_000)
+    assert PipelineConfig().checkpointing_note == ""
+    with pytest.raises(ConfigError, match="3000 is too short to checkpoint within"):
+        PipelineConfig(index_ops_retention_ms=3_000)
+    with pytest.raises(ConfigError, match="expected keys"):  # derived, not a setting
+        PipelineConfig.from_mapping({"checkpointing_note": "x"})
+
+
 def test_index_ops_retention_must_exceed_checkpoint_period_plus_margin__rule() -> None:
     ok = PipelineConfig(
         index_ops_retention_ms=70_001, checkpoint_period_ms=60_000, checkpoint_margin_ms=10_000
@@ -91,6 +106,8 @@ def test_index_ops_retention_must_exceed_checkpoint_period_plus_margin__rule() -
         PipelineConfig(
             index_ops_retention_ms=70_000, checkpoint_period_ms=60_000, checkpoint_margin_ms=10_000
         )
+    with pytest.raises(ConfigError, match=r"set both lower .* or leave both unset"):
+        PipelineConfig(index_ops_retention_ms=300_000, checkpoint_period_ms=1_000)
     with pytest.raises(ConfigError, match="checkpoint_chunk_bytes"):
         PipelineConfig(checkpoint_chunk_bytes=2 * 1024 * 1024)
     assert (

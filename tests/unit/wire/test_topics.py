@@ -91,6 +91,12 @@ def test_adopt_retention__broker_keeps_less_checkpoints_more_often_or_refuses() 
     adopted, note = adopt_retention(cfg, [short])
     assert (adopted.index_ops_retention_ms, adopted.checkpoint_period_ms) == (640_000, 20_000)
     assert "checkpointing every 20000 ms instead of 60000 ms" in note
-    tiny = Drift("r.index-ops", "retention.ms", "3600000", str(601_000))
-    with pytest.raises(ConfigError, match=r"retention.ms on the broker is 601000, expected > "):
+    five_min = Drift("r.index-ops", "retention.ms", "3600000", str(300_000))  # issue 35 item 9
+    adopted, note = adopt_retention(cfg, [five_min])
+    assert (adopted.checkpoint_period_ms, adopted.checkpoint_margin_ms) == (60_000, 150_000)
+    assert note.endswith(
+        "checkpointing every 60000 ms instead of 60000 ms and a margin of 150000 ms"
+    )
+    tiny = Drift("r.index-ops", "retention.ms", "3600000", str(3_000))
+    with pytest.raises(ConfigError, match=r"retention.ms on the broker is 3000, expected > "):
         adopt_retention(cfg, [tiny])
