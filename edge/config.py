@@ -105,6 +105,10 @@ class EdgeConfig:
     (aiohttp enforces both with one timer; ``edge.connections``)."""
     body_timeout_ms: float = 30_000.0
     """A request body must arrive whole within this, else 408 and the connection is closed."""
+    stream_write_timeout_ms: float = 10_000.0
+    """A streamed response whose client reads nothing for this long is ended (one WARNING line,
+    ``stream_write_timeouts_total``) and the client's connection closed, which releases the
+    worker's stream (issue 35 item 10: a client that never read held it >= 50 s)."""
     max_connections: int = 4096
     """Open client connections at most; beyond, a new connection gets 503 and is closed."""
     drain_timeout_ms: float = 10_000.0
@@ -149,7 +153,8 @@ class EdgeConfig:
                 raise ConfigError(f"edge.{name}: expected an int >= 1, got {value!r}")
         for name in ("connect_timeout_ms", "first_byte_timeout_ms", "drain_timeout_ms",
                      "offsets_flush_period_ms", "keepalive_timeout_ms",
-                     "body_timeout_ms", "patch_stall_check_ms"):  # fmt: skip
+                     "body_timeout_ms", "patch_stall_check_ms",
+                     "stream_write_timeout_ms"):  # fmt: skip
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"edge.{name}: expected a finite number > 0, got {value!r}")

@@ -27,14 +27,13 @@ answering, nothing is retried (the client may already have bytes).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from edge import isolation, request_ids
+from edge import isolation, request_ids, responses
 from edge import openai_shapes as shapes
 from edge.client_watch import ClientLeft, unless_client_leaves
 from edge.feedback import (
@@ -42,10 +41,8 @@ from edge.feedback import (
     QUEUE_HEADER,
     RELAY_HEADER,
     WORKER_HEADER,
-    SSEScanner,
     decode_queue_header,
     encode_queue_header,
-    reused_from_json,
 )
 from edge.forwarder import ForwardError
 from edge.http_client import HTTPError, UpstreamResponse
@@ -353,12 +350,7 @@ async def _proxy(
 
     reused: int | None = None
     try:
-        if parsed.stream and resp.status == 200:
-            out, reused = await _stream(request, resp, parsed, out_headers, first)
-        else:
-            out, reused = await _whole(resp, parsed.kind, out_headers)
-            if resp.status == 200:
-                first(reused)
+        out, reused = await _answer(request, resp, parsed, out_headers, first, worker, rid)
     except (HTTPError, ConnectionError, asyncio.IncompleteReadError) as exc:
         raise shapes.ApiError(502, f"worker {worker} failed mid-response: {exc!r}"[:300],
                               "upstream_error") from None  # fmt: skip
@@ -383,82 +375,35 @@ def _vector(st: EdgeApp, raw: str | None) -> QueueVector | None:
     return decode_queue_header(raw, dep.n_regions, dep.n_workers, st.service.clock_ms())
 
 
-async def _whole(
-    resp: UpstreamResponse, kind: str, headers: dict[str, str]
-) -> tuple[web.StreamResponse, int | None]:
-    data = await resp.read()
-    reused = reused_from_json(data) if resp.status == 200 else None
-    if kind == "chat" and resp.status == 200:
-        try:
-            data = json.dumps(shapes.chat_body(json.loads(data))).encode()
-        except (ValueError, AttributeError):
-            raise shapes.ApiError(502, "worker answered with a malformed completion",
-                                  "upstream_error") from None  # fmt: skip
-    ctype = resp.headers.get("Content-Type", "application/json")
-    headers["Content-Type"] = ctype
-    return web.Response(body=data, status=resp.status, headers=headers), reused
-
-
-async def _stream(
+async def _answer(
     request: web.Request,
     resp: UpstreamResponse,
     parsed: shapes.Parsed,
     headers: dict[str, str],
     first: Callable[[int | None], None],
+    worker: int,
+    rid: str,
 ) -> tuple[web.StreamResponse, int | None]:
-    """Stream the worker's events to the client; ``first`` is called once, at the first
-    chunk, with the reuse count if that chunk carried it (SGLang's ``/generate`` does)."""
-    headers["Content-Type"] = "text/event-stream"
-    headers["Cache-Control"] = "no-cache"
-    out = web.StreamResponse(status=200, headers=headers)
-    await out.prepare(request)
-    scanner = SSEScanner()
-    reused: int | None = None
-    chat = parsed.kind == "chat"
-    # Pass-through (bytes leave as they arrive) unless events must be reshaped or dropped.
-    through = not chat and not parsed.strip_usage
-    started: set[int] = set()
-    answered = False
-    try:
-        async for chunk in resp.iter_chunks():
-            if through:
-                await out.write(chunk)
-            events = scanner.feed(chunk) if not through or reused is None else []
-            for event in events:
-                if event == b"[DONE]":
-                    if not through:
-                        await out.write(b"data: [DONE]\n\n")
-                    continue
-                if reused is None and b"cached_tokens" in event:
-                    reused = reused_from_json(event)
-                if not through:
-                    data = _reshaped(event, chat, parsed.strip_usage, started)
-                    if data is not None:
-                        await out.write(data)
-            if not answered:
-                answered = True
-                first(reused)
-        await out.write_eof()
-    except (ConnectionError, HTTPError, asyncio.IncompleteReadError) as exc:  # a side went away
-        log.debug("stream ended early: %r", exc)
-        if request.transport is None or request.transport.is_closing():  # it was the client
-            _state(request).service.metrics.inc("client_disconnect_total")
-    return out, reused
-
-
-def _reshaped(event: bytes, chat: bool, strip_usage: bool, started: set[int]) -> bytes | None:
-    """One worker event as the client gets it; None: the usage chunk it did not ask for."""
-    try:
-        obj = json.loads(event)
-    except ValueError:
-        return b"data: " + event + b"\n\n"
-    if not isinstance(obj, dict):
-        return b"data: " + event + b"\n\n"
-    if strip_usage and "usage" in obj and not obj.get("choices"):
-        return None
-    if chat:
-        obj = shapes.chat_chunk(obj, started)
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+    """The client's answer (``edge.responses``): the worker's stream relayed to a client that
+    asked for one, assembled into the whole body for one that did not; anything not streamed
+    (an error status) as it came. ``first`` runs at the worker's first chunk either way."""
+    st = _state(request)
+    streamed = resp.headers.get("Content-Type", "").startswith("text/event-stream")
+    if resp.status != 200 or not streamed:
+        out, reused = await responses.whole(resp, parsed, headers)
+        if resp.status == 200:
+            first(reused)
+        return out, reused
+    if not parsed.stream:
+        return await responses.assemble(request, resp, parsed, headers, first, worker)
+    timeout_s = st.config.stream_write_timeout_ms / 1000.0
+    out_s, reused, ended = await responses.relay(request, resp, parsed, headers, first,
+                                                 timeout_s, worker, rid)  # fmt: skip
+    if ended == "client_left":
+        st.service.metrics.inc("client_disconnect_total")
+    elif ended == "stuck":
+        st.service.metrics.inc("stream_write_timeouts_total")
+    return out_s, reused
 
 
 __all__ = ["EDGE", "error_middleware", "make_completion_handler", "read_body", "request_id"]

@@ -54,8 +54,9 @@ def worker_body(parsed: Parsed, body: dict[str, Any], salt: str | None, ids: Req
     if parsed.forward_body is None and not named and SALT_FIELD not in body:
         # the client's bytes already say everything else: add the salt without re-encoding
         member = f',"{SALT_FIELD}":{json.dumps(salt)}'.encode()
-        return replace(parsed, forward_suffix=member)
+        return replace(parsed, forward_suffix=parsed.forward_suffix + member)
     fwd = dict(parsed.forward_body if parsed.forward_body is not None else body)
+    fwd["stream"] = True  # the worker always streams (edge.responses)
     for k in named:
         fwd[k] = ids.edge
     if salt is not None:

@@ -64,6 +64,8 @@ HELP: dict[str, str] = {
     "open_requests": "requests this edge is serving (received, not yet answered)",
     "client_disconnect_total": "clients that went away before their response was complete",
     "connections_refused_total": "connections refused at the concurrent-connection cap",
+    "stream_write_timeouts_total": "streams ended because their client read nothing for "
+    "stream_write_timeout_ms (logged; the client's connection closed)",
     "cache_unknown_total": "times a worker's cache became unknown (sidecar degraded), by worker",
     "reuse_tokens_total": "prompt tokens by where their reusable prefix went (kind: reusable, "
     "captured, forgone_wan, delivered, lost_stale; kvcompass.reuse_split), by serving region and "

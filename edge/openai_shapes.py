@@ -5,7 +5,9 @@ Owns turning a client body of ``POST /generate`` (SGLang), ``/v1/completions`` o
 or an ``ApiError`` (4xx, OpenAI error shape), and reshaping a worker's completion into a chat
 completion. Must not do I/O or routing.
 
-What is forwarded (the worker never re-tokenizes):
+What is forwarded (the worker never re-tokenizes; always with ``stream: true``, plus
+``stream_options.include_usage`` on the OpenAI routes, whatever the client asked: the edge sees
+the first token when the worker sends it and assembles a whole body itself, ``edge.responses``):
 - ``/generate`` → worker ``/generate``, the client's body with ``input_ids`` (``text`` dropped).
 - ``/v1/completions`` → worker ``/v1/completions``, the client's body with ``prompt`` = ids (a
   list holding one prompt is that prompt; a list of several is a 400: one request, one route).
@@ -32,6 +34,8 @@ from edge.tokenizer import Tokenizer
 from kvcompass.chat_content import ContentError, text_messages
 
 MAX_TOKEN_ID = 2**31 - 1
+STREAM_MEMBER = b',"stream":true'
+"""Spliced into a ``/generate`` body that names no ``stream`` (``Parsed.forward_suffix``)."""
 _CHAT_ONLY_KEYS = ("messages", "tools", "tool_choice", "response_format", "parallel_tool_calls")
 
 
@@ -73,6 +77,8 @@ class Parsed:
     """``generate``, ``completions`` or ``chat``."""
     tokens: NDArray[np.int32]
     stream: bool
+    """Whether the CLIENT asked for a stream; the worker is always asked for one
+    (``forward_body`` says ``stream: true``; ``edge.responses`` assembles a whole body)."""
     worker_path: str
     forward_body: dict[str, Any] | None
     """The body to send; None: the client's bytes as they came (they already carry the ids)."""
@@ -86,20 +92,21 @@ class Parsed:
 
 
 def _usage_upstream(body: Mapping[str, Any], fwd: dict[str, Any], stream: bool) -> bool:
-    """Streams always ask the worker for the final usage chunk (its ``cached_tokens`` is how the
-    edge learns the reuse); True when the client did not ask for it. ``n`` is the worker's to
-    honour or refuse (SGLang honours it; the emulated worker answers 400 for n > 1)."""
+    """The worker is always asked for a stream (``edge.responses``: the first token is seen when
+    it is sent, also for a client that wants the whole body) with the final usage chunk (its
+    ``cached_tokens`` is how the edge learns the reuse); True when a streaming client did not ask
+    for that chunk (the edge drops it). ``n`` is the worker's to honour or refuse (SGLang honours
+    it; the emulated worker answers 400 for n > 1)."""
     n = body.get("n", 1)
     if type(n) is not int or n < 1:
         raise ApiError(400, f"n: expected an int >= 1, got {n!r}"[:200], param="n")
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise ApiError(400, "stream_options: expected an object", param="stream_options")
-    if not stream:
-        return False
     asked = bool((opts or {}).get("include_usage"))
+    fwd["stream"] = True
     fwd["stream_options"] = {**(opts or {}), "include_usage": True}
-    return not asked
+    return stream and not asked
 
 
 _DECODE = msgspec.json.Decoder()
@@ -211,10 +218,16 @@ def parse_generate(body: dict[str, Any], tok: Tokenizer, lim: Limits) -> Parsed:
         _check_max_tokens(params, ("max_new_tokens",), lim.max_new_tokens)
     _check_length(tokens, lim.max_context_tokens, "input_ids")
     fwd = None
-    if ids is not None:
+    stream = _stream(body)
+    suffix = b""
+    if ids is None and not stream and "stream" not in body:
+        suffix = STREAM_MEMBER  # the client's bytes and one member: no re-encoding of its ids
+    elif ids is not None or not stream:  # the worker always streams (edge.responses)
         fwd = {k: v for k, v in body.items() if k != "text"}
-        fwd["input_ids"] = ids
-    return Parsed("generate", tokens, _stream(body), "/generate", fwd)
+        fwd["stream"] = True
+        if ids is not None:
+            fwd["input_ids"] = ids
+    return Parsed("generate", tokens, stream, "/generate", fwd, forward_suffix=suffix)
 
 
 def _one_prompt(prompt: Any) -> Any:

@@ -29,14 +29,14 @@ def test_tenant__salt_set_over_the_clients_and_client_ids_replaced() -> None:  #
     body = {"input_ids": [0, 1, 2], "cache_salt": "acme", "rid": "x", "request_id": "y"}
     out = worker_body(_parsed(None), body, "globex", IDS).forward_body
     assert out == {"input_ids": [0, 1, 2], "cache_salt": "globex", "rid": "edgeid",
-                   "request_id": "edgeid"}  # fmt: skip
+                   "request_id": "edgeid", "stream": True}  # fmt: skip  # worker always streams
     assert body["cache_salt"] == "acme"  # the client's body is not mutated
 
 
 def test_rebuilt_body_is_kept__salt_added_to_it() -> None:
     fwd: dict[str, object] = {"prompt": [0, 1, 2]}
     out = worker_body(_parsed(fwd), {"prompt": "abc"}, "g", IDS).forward_body
-    assert out == {"prompt": [0, 1, 2], "cache_salt": "g"}
+    assert out == {"prompt": [0, 1, 2], "cache_salt": "g", "stream": True}
 
 
 @pytest.mark.parametrize("group", ["a/b", "a@b", "a\\b", "a\x00", "", "x" * 129])
