@@ -75,6 +75,19 @@ class SimConfig:
     """Probability an index patch batch is lost and never applied (Table 4: 10-30%)."""
     queue_loss: float = 0.0
     """Probability a queue-vector broadcast or piggyback is lost."""
+    kafka_hop_ms: float = 1.3
+    """One Kafka hop, a record's produce (linger 0) to its consumer's poll on one cluster:
+    ``bench/kafka_hop.py`` on the local broker (apache/kafka 4.1.1, one broker, acks=all,
+    2,000 records of 67 B at 200/s; 2026-12-04, 2-core VM shared with other jobs): P50 1.26 ms,
+    P99 32 ms, mean 2.7 ms. A queue vector or forward announcement crosses two (sim/README
+    "the sync path"): its origin region's cluster, then the destination's."""
+    mirror_delay_ms: float = 5.0
+    """MirrorMaker 2's own delay between consuming a record from the origin cluster and
+    producing it to the destination's, from its documented defaults: the Connect worker leaves
+    the producer's ``linger.ms`` at the client default, 5 ms since Kafka 4.0 (KIP-1030; 0
+    before); its consumer's fetch returns as soon as one byte is there (``fetch.min.bytes`` 1;
+    ``fetch.max.wait.ms`` 500 and MM2's ``consumer.poll.timeout.ms`` 1000 only bound an idle
+    wait). The WAN leg is charged apart."""
 
     edge_clock_skew_ms: float = 5.0
     """Standard deviation of each edge's clock offset (drawn once per run and region): chrony
@@ -119,6 +132,8 @@ class SimConfig:
             "index_base_delay_ms",
             "index_extra_delay_ms",
             "edge_clock_skew_ms",
+            "kafka_hop_ms",
+            "mirror_delay_ms",
         ):
             v = float(getattr(self, name))
             if not math.isfinite(v) or v < 0:
@@ -145,6 +160,12 @@ class SimConfig:
     @property
     def index_delay_ms(self) -> float:
         return self.index_base_delay_ms + self.index_extra_delay_ms
+
+    @property
+    def sync_path_ms(self) -> float:
+        """What a record between two regions' edges adds to the WAN one-way: produce->consume on
+        the origin's cluster, MirrorMaker 2, produce->consume on the destination's."""
+        return 2.0 * self.kafka_hop_ms + self.mirror_delay_ms
 
     def chunk_tokens_for(self, block_tokens: int) -> int:
         """The cache chunk for a workload whose blocks are ``block_tokens`` long."""

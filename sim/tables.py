@@ -5,7 +5,9 @@ sim/README pastes its Markdown): units in the headers, thousands separators, per
 shares, ``×`` ratios to the reference scheme, never scientific notation. ``*_ideal`` references
 (exact live state, sim/README "who knows what, when") come after a separator and are left out of
 ``verdict``, which says whether the reference has the lowest P99 TTFT and the highest throughput
-of every other non-ideal scheme. Must not compute metrics (``sim.metrics`` does) or print.
+of every other non-ideal scheme; so are ablations of a baseline (``NOT_BASELINES``). With
+``joint_ideal`` in a run set every table has a ``P99 TTFT ÷ joint_ideal`` column (``BOUND``).
+Must not compute metrics (``sim.metrics`` does) or print.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 RATIO_HEADERS = ("P99 TTFT ÷ KVCompass", "throughput ÷ KVCompass")
 VERDICT_HEADERS = ("P99 verdict", "throughput verdict")
 """KVCompass's verdict against the row's scheme per ratio (``sim.spread.verdict``)."""
+
+BOUND = "joint_ideal"
+"""KVCompass's own joint score with exact state and no lookup or sync cost (issue 34): when a run
+set has it, every table gets a column ``P99 TTFT ÷ joint_ideal`` (the reference's row: the
+headroom left from information alone) and ``verdict_seeds`` states the reference's headroom."""
+
+NOT_BASELINES = frozenset({"central_directory_no_booking"})
+"""Ablations of a baseline (the directory without its dispatch ledger, issue 34): shown in the
+tables, never the best other scheme a verdict compares with."""
 
 THROUGHPUT_SLACK = 0.02
 """Issue 14's throughput tolerance: within 2% of the best other scheme counts as highest."""
@@ -65,6 +76,12 @@ def is_ideal(name: str) -> bool:
     return name.endswith("_ideal")
 
 
+def in_verdict(name: str) -> bool:
+    """Whether a verdict may compare with ``name``: a baseline, not a reference or an ablation
+    of a baseline."""
+    return not is_ideal(name) and name not in NOT_BASELINES
+
+
 def comparison(
     summaries: Mapping[str, Mapping[str, float]],
     reference: str = REFERENCE,
@@ -91,6 +108,9 @@ def comparison_seeds(
     headers = ["scheme", *(h for _, h, _ in columns), *RATIO_HEADERS]
     if verdicts:
         headers += list(VERDICT_HEADERS)
+    bound = any(BOUND in s for s in per_seed) and reference != BOUND
+    if bound:
+        headers.append(f"P99 TTFT ÷ {BOUND}")
     has_ref = any(reference in s for s in per_seed)
     rows: list[list[str]] = []
     ideal: list[list[str]] = []
@@ -107,6 +127,9 @@ def comparison_seeds(
                 "" if name == reference else spread.verdict(r, lower)
                 for r, lower in zip(ratios, spread.LOWER_IS_BETTER.values(), strict=True)
             ]
+        if bound:
+            to_bound = spread.ratio_spread(per_seed, name, "ttft_p99_ms", BOUND)
+            cells.append(fmt_spread(to_bound, "ratio"))
         (ideal if is_ideal(name) else rows).append(cells)
     return Comparison(headers, rows, ideal)
 
@@ -130,7 +153,10 @@ def verdict_seeds(
     parts: list[str] = []
     for field, label in (("ttft_p99_ms", "P99 TTFT"), ("throughput_tok_s", "throughput")):
         best = spread.best_other(
-            list(per_seed), field, reference, skip=[n for s in per_seed for n in s if is_ideal(n)]
+            list(per_seed),
+            field,
+            reference,
+            skip=[n for s in per_seed for n in s if not in_verdict(n)],
         )
         if best is None:
             continue
@@ -139,6 +165,9 @@ def verdict_seeds(
         parts.append(f"{label} vs best other {best}: {fmt_spread(r, 'ratio')} ours, {word}")
     if not parts:
         return ""
+    if reference != BOUND and all(BOUND in s and reference in s for s in per_seed):
+        r = spread.ratio_spread(per_seed, reference, "ttft_p99_ms", BOUND)
+        parts.append(f"headroom: P99 TTFT ours ÷ {BOUND} {fmt_spread(r, 'ratio')}")
     return f"{reference} over {len(per_seed)} seed(s): " + "; ".join(parts)
 
 
@@ -147,7 +176,7 @@ def verdict(summaries: Mapping[str, Mapping[str, float]], reference: str = REFER
     non-ideal schemes? One line saying so, naming the best other scheme on each. The P99 contest
     leaves out schemes that failed more requests than the reference (named in the line)."""
     ref = summaries.get(reference)
-    others = {k: v for k, v in summaries.items() if k != reference and not is_ideal(k)}
+    others = {k: v for k, v in summaries.items() if k != reference and in_verdict(k)}
     if ref is None or not others:
         return ""
     # A P99 over the completed requests only: a scheme that failed more requests than the

@@ -24,6 +24,12 @@ sent around the edge) shows up there, and a prediction that was too low is corre
 next reading or first token, whichever comes first. Every ``book`` must end in exactly one
 ``retire`` (first token) or ``cancel`` (the send failed); ``retire`` of a forward already
 dropped (it was ahead of one that finished) is a no-op.
+
+A worker's open forwards are kept in arrival order (its FIFO's): "booked before f" above means
+"landed before f". For a region's edge (one hop to every worker) that is booking order; a
+booker whose forwards travel unequal paths (the simulator's central directory, one booking over
+every worker with ``hop_ms`` 0, passing each forward's landing time as ``now_ms`` of ``book``
+and its prefill's end as ``now_ms`` of ``retire``) gets the engine's order too.
 """
 
 from __future__ import annotations
@@ -89,8 +95,17 @@ class RegionBooking:
             raise InvalidInputError(f"expected work_ms finite >= 0, got {work_ms}")
         i = self.slot(worker)
         arrive = now_ms + self.hop_ms
-        self._open[i][forward] = (arrive, work_ms)
+        opened = self._open[i]
+        last = next(reversed(opened.values()), None) if opened else None
+        opened[forward] = (arrive, work_ms)
         self._where[forward] = i
+        if last is not None and arrive < last[0]:
+            # It lands before forwards booked earlier (a booker whose forwards travel unequal
+            # paths, e.g. a central directory): keep the worker's open forwards in arrival
+            # order, its FIFO's, so ``retire`` and the drain follow the engine's order.
+            self._open[i] = dict(sorted(opened.items(), key=lambda kv: kv[1][0]))
+            self._recount(i)
+            return arrive
         self._drain[i] = max(self._drain[i], arrive) + work_ms
         if arrive > self._read_at[i]:
             self._after[i] += work_ms

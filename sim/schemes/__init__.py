@@ -4,7 +4,8 @@
 (the paper's baselines, then KVCompass, then the paper's least-loaded Oracle); ``IDEAL`` the
 exact-state references (``*_ideal``, see ``sim.schemes.base``'s information rules). Ablation
 variants of KVCompass are registered under their own names (``kvcompass_no_load_aware`` ...)
-but are not part of ``all``.
+but are not part of ``all``; nor is ``central_directory_no_booking``, the directory without its
+dispatch ledger (issue 34: an ablation, never the baseline a verdict compares with).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ _ENTRIES: dict[str, str] = {
     "chord": "sim.schemes.chord:Chord",
     "planetserve": "sim.schemes.planetserve:PlanetServe",
     "central_directory": "sim.schemes.central_directory:CentralDirectory",
+    "central_directory_no_booking": "sim.schemes.central_directory:CentralDirectoryNoBooking",
     "central_directory_ideal": "sim.schemes.central_directory_ideal:CentralDirectoryIdeal",
+    "joint_ideal": "sim.schemes.joint_ideal:JointIdeal",
     "skywalker": "sim.schemes.skywalker:SkyWalker",
     "dynamo": "sim.schemes.dynamo:Dynamo",
 }
@@ -47,7 +50,7 @@ ALL: tuple[str, ...] = (
     "oracle",
 )
 
-IDEAL: tuple[str, ...] = ("central_directory_ideal", "oracle_ideal")
+IDEAL: tuple[str, ...] = ("central_directory_ideal", "oracle_ideal", "joint_ideal")
 """References with exact live state (``*_ideal``): shown apart, never counted as wins."""
 
 ABLATIONS: tuple[str, ...] = (

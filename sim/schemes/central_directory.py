@@ -23,18 +23,35 @@ What we model (its best configuration):
   completes and arrives one jittered one-way WAN later (``network.sample_ms``; report loss is
   not modelled, in the directory's favour). At ``t_d`` the directory uses, per region, the
   newest report that has arrived, drained by the time since it was taken.
-* In flight: the directory makes every routing decision, so it counts every forward it made:
-  the predicted prefill work ``β·(L − m)`` of each forward stays on its worker until a report
-  taken after the forward's arrival at the worker includes it. This is what stops a burst from
-  piling onto the one worker that looked idle in the last report.
+* In flight (issue 34): the directory makes every routing decision, so it keeps a ledger of
+  every forward it dispatched until that forward's first token, as the central routers people
+  run do (SGLang's gateway counts each worker's running requests, Dynamo's router its active
+  prefill blocks until the first token). The ledger is the project's one booking
+  implementation, ``kvcompass.decider.RegionBooking``, here one booking over every worker
+  (``hop_ms`` 0: each forward booked at its landing time at the worker, edge -> directory ->
+  edge -> worker, with its predicted prefill ``β·(L − m)``). The serving side sees the first
+  token one in-region hop after the prefill ends (``on_served``) and tells the directory, one
+  jittered one-way WAN(r, d) later; the directory retires the forward then (it and every
+  forward that landed before it on that worker are done, FIFO) and anchors the worker's drain
+  at the real finish. Reports raise the estimate (work it did not book), as for KVCompass's
+  booking. What it learns between the request's arrival at the edge and ``t_d`` is applied
+  when ``route`` runs, so a first token told to it in that window is missed (against it), and
+  one told before a later request's ``t_d`` but after an earlier-routed one's is seen by that
+  earlier ``route`` call (for it): both are under one WAN one-way.
+* ``central_directory_no_booking`` (an ablation, never a baseline a verdict compares with):
+  the directory before issue 34, which counted a forward only until a report taken after its
+  arrival and then knew the worker only through SGLang's ``num_waiting_uncached_tokens``
+  (which leaves out the running prefill: ``sim.engine.loads``). The core's ``ForwardLedger``.
 * Choice: the same joint score KVCompass uses (paper §3.4), called from the core
   (``kvcompass.router.score.score_workers``), belief 1::
 
       score(r) = RTT(o, r) + Tq(r) + (1 + λ)·β_r·(L − m_r),   λ = min(λ_max, min_r Tq(r) / τ)
 
   with τ and λ_max from ``kvcompass.router.RouterConfig`` (the paper's values), so the only
-  differences from KVCompass are where the state lives and how it travels. Its forwards are
-  counted in the core's ``ForwardLedger``, the one every booking component uses.
+  differences from KVCompass are where the state lives and how it travels.
+* Clock: one, the directory's; report times are compared with it unskewed (KVCompass's edges
+  get ``SimConfig.edge_clock_skew_ms``; a real directory comparing its pollers' stamps would
+  suffer the same: not modelled, in its favour).
 
 ``central_directory_ideal`` (``sim.schemes.central_directory_ideal``) is the same directory with
 exact live cache and queue state: a reference, never counted as a win. Owns the directory
@@ -43,6 +60,8 @@ placement, its delayed views and its in-flight bookkeeping; reads no exact state
 
 from __future__ import annotations
 
+import heapq
+from abc import abstractmethod
 from bisect import bisect_right
 from typing import ClassVar
 
@@ -50,11 +69,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass import costs
+from kvcompass.decider import RegionBooking
 from kvcompass.router import score as sc
 from kvcompass.router.config import RouterConfig
 from kvcompass.router.forwards import ForwardLedger
 from sim.schemes._holders import HolderHistory, bits_of
-from sim.schemes.base import CacheEventBatch, LoadReading, Route, Scheme, SchemeContext
+from sim.schemes.base import (
+    CacheEventBatch,
+    LoadReading,
+    Response,
+    Route,
+    Scheme,
+    SchemeContext,
+)
 
 
 class DirectoryPlacement:
@@ -121,10 +148,9 @@ class DirectoryPlacement:
         return float(costs.prefill_ms(self.beta[worker], prompt - matched, self.gamma, reloaded))
 
 
-class CentralDirectory(Scheme):
-    """One directory in the best-connected region, fed by cache events and queue reports."""
+class _Directory(Scheme):
+    """The directory's placement, its delayed cache view and its queue reports (both variants)."""
 
-    name = "central_directory"
     wants_cache_events: ClassVar[bool] = True
 
     def __init__(self, ctx: SchemeContext) -> None:
@@ -147,8 +173,6 @@ class CentralDirectory(Scheme):
         # Queue reports per region, in arrival order at the directory.
         self._reports: list[list[LoadReading]] = [[] for _ in range(n_regions)]
         self._arrived: list[list[float]] = [[] for _ in range(n_regions)]
-        # This directory's forwards still possibly unreported (the core's ledger).
-        self.ledger = ForwardLedger(self.n_workers)
         self.n_lookups = 0
 
     # -- channels ---------------------------------------------------------------------------
@@ -175,6 +199,118 @@ class CentralDirectory(Scheme):
 
     # -- the directory's view at decision time ------------------------------------------------
 
+    def _newest(self, r: int, t_d: float) -> LoadReading | None:
+        """Region ``r``'s newest report that has reached the directory by ``t_d``."""
+        k = bisect_right(self._arrived[r], t_d) - 1
+        return self._reports[r][k] if k >= 0 else None
+
+    def _matched(self, req: int, t_d: float) -> NDArray[np.int64]:
+        depth = self._depth
+        depth.fill(0)
+        cutoff = t_d - self.to_dir
+        self.holders.match(self.ctx.requests.nodes_of(req), self.all_mask, cutoff, depth)
+        return np.minimum(depth * self.chunk, int(self.ctx.requests.prompt_len[req]))
+
+    @abstractmethod
+    def _queues(self, t_d: float) -> NDArray[np.float64]:
+        """Per worker: the queue the directory believes at ``t_d``."""
+
+    @abstractmethod
+    def _booked(self, req: int, worker: int, arrive_ms: float, work_ms: float) -> None:
+        """The directory sent ``req`` to ``worker``: it lands at ``arrive_ms`` with ``work_ms``."""
+
+    # -- decision ---------------------------------------------------------------------------
+
+    def route(self, req: int, now_ms: float) -> Route:
+        rq = self.ctx.requests
+        origin = int(rq.origin[req])
+        prompt = int(rq.prompt_len[req])
+        t_d = now_ms + float(self.to_dir[origin])
+        matched = self._matched(req, t_d)
+        tq = self._queues(t_d)
+        # Events carry no tier the directory keeps: a held prefix is scored as VRAM.
+        tiers = (matched > 0).astype(np.uint8)
+        w, lam = self.place.choose(origin, prompt, matched, tiers, tq)
+        lookup = self.place.lookup[origin]
+        arrive = now_ms + lookup + float(self.place.forward_ms[origin][w])
+        self._booked(req, w, arrive, self.place.work_ms(w, prompt, int(matched[w])))
+        self.n_lookups += 1
+        return Route(
+            worker=w,
+            lookup_ms=lookup,
+            claimed_tokens=int(matched[w]),
+            extra={"lambda": lam, "queue_ms": float(tq[w])},
+        )
+
+    def finish(self) -> dict[str, float]:
+        return {"directory_region": float(self.place.region), "lookups": float(self.n_lookups)}
+
+
+class CentralDirectory(_Directory):
+    """One directory in the best-connected region with its own dispatch ledger (issue 34): every
+    forward booked (``RegionBooking``) until the serving side tells it of the first token."""
+
+    name = "central_directory"
+    wants_responses: ClassVar[bool] = True  # the engine reports first tokens only then
+    wants_served: ClassVar[bool] = True
+
+    def __init__(self, ctx: SchemeContext) -> None:
+        super().__init__(ctx)
+        # hop 0: forwards are booked at their landing time, retired at their prefill's end.
+        self.booking = RegionBooking(np.arange(self.n_workers, dtype=np.int64), 0.0)
+        self._hop = float(ctx.deployment.in_region_one_way_ms)
+        self._told: list[tuple[float, int, float]] = []
+        """(when the directory learns it, request, prefill end): first tokens on their way."""
+        self._applied = [-np.inf] * self.n_regions
+        self.retired = 0
+
+    def on_served(self, resp: Response) -> None:
+        """The serving region saw the first token (prefill end + one hop): it tells the
+        directory, one jittered one-way WAN later."""
+        at = resp.sent_ms + self._hop + self.ctx.network.sample_ms(resp.region, self.place.region)
+        heapq.heappush(self._told, (at, resp.req, resp.sent_ms))
+
+    def _queues(self, t_d: float) -> NDArray[np.float64]:
+        """Per worker: the booked drain (first tokens learned by ``t_d``), raised by the newest
+        report of each region that has arrived."""
+        booking, told = self.booking, self._told
+        while told and told[0][0] <= t_d:
+            _, req, finish = heapq.heappop(told)
+            if booking.retire(req, finish) >= 0:
+                self.retired += 1
+        for r in range(self.n_regions):
+            rep = self._newest(r, t_d)
+            if rep is None or rep.taken_ms <= self._applied[r]:
+                continue
+            self._applied[r] = rep.taken_ms
+            for w, q in zip(rep.workers.tolist(), rep.queue_ms.tolist(), strict=True):
+                booking.on_reading(w, q, rep.taken_ms)
+        return booking.backlog(t_d)
+
+    def _booked(self, req: int, worker: int, arrive_ms: float, work_ms: float) -> None:
+        self.booking.book(req, worker, arrive_ms, work_ms)
+
+    def finish(self) -> dict[str, float]:
+        return {
+            **super().finish(),
+            "booked_open": float(len(self.booking)),
+            "booked_retired": float(self.retired),
+        }
+
+
+class CentralDirectoryNoBooking(_Directory):
+    """Ablation (issue 34): the directory before its dispatch ledger; a forward counts only until
+    a report taken after its arrival (the core's ``ForwardLedger``)."""
+
+    name = "central_directory_no_booking"
+
+    def __init__(self, ctx: SchemeContext) -> None:
+        super().__init__(ctx)
+        self.ledger = ForwardLedger(self.n_workers)
+
+    def _booked(self, req: int, worker: int, arrive_ms: float, work_ms: float) -> None:
+        self.ledger.add(worker, arrive_ms, work_ms)
+
     def _queues(self, t_d: float) -> NDArray[np.float64]:
         """Per worker: the newest arrived report, drained since, plus unreported forwards."""
         tq = np.zeros(self.n_workers, dtype=np.float64)
@@ -191,36 +327,3 @@ class CentralDirectory(Scheme):
             ledger.forget_landed(t_d - self.horizon_ms)
             tq += ledger.pending_after(taken)
         return tq
-
-    def _matched(self, req: int, t_d: float) -> NDArray[np.int64]:
-        depth = self._depth
-        depth.fill(0)
-        cutoff = t_d - self.to_dir
-        self.holders.match(self.ctx.requests.nodes_of(req), self.all_mask, cutoff, depth)
-        return np.minimum(depth * self.chunk, int(self.ctx.requests.prompt_len[req]))
-
-    # -- decision ---------------------------------------------------------------------------
-
-    def route(self, req: int, now_ms: float) -> Route:
-        rq = self.ctx.requests
-        origin = int(rq.origin[req])
-        prompt = int(rq.prompt_len[req])
-        t_d = now_ms + float(self.to_dir[origin])
-        matched = self._matched(req, t_d)
-        tq = self._queues(t_d)
-        # Events carry no tier the directory keeps: a held prefix is scored as VRAM.
-        tiers = (matched > 0).astype(np.uint8)
-        w, lam = self.place.choose(origin, prompt, matched, tiers, tq)
-        lookup = self.place.lookup[origin]
-        arrive = now_ms + lookup + float(self.place.forward_ms[origin][w])
-        self.ledger.add(w, arrive, self.place.work_ms(w, prompt, int(matched[w])))
-        self.n_lookups += 1
-        return Route(
-            worker=w,
-            lookup_ms=lookup,
-            claimed_tokens=int(matched[w]),
-            extra={"lambda": lam, "queue_ms": float(tq[w])},
-        )
-
-    def finish(self) -> dict[str, float]:
-        return {"directory_region": float(self.place.region), "lookups": float(self.n_lookups)}

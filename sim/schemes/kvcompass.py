@@ -16,10 +16,14 @@ What each edge gets, and when:
 * Feedback at the first token: a response reaches the serving region's edge one in-region hop
   after the prefill ends (``on_served``; it relays it on, with its vector) and the origin's edge
   one jittered WAN later (``on_response``).
-* Vectors: every Δ each decider's ``broadcast``; a peer's forward announcement one WAN after it
-  was made; relays (the request and its shortlist) and refusals (a vector) cross the WAN like
-  the request (never lost; jittered). Bytes of every vector, announcement and shortlist are
-  counted (``queue_vector_bytes``, ``announce_bytes``, ``shortlist_bytes``).
+* Vectors: every Δ each decider's ``broadcast``; a peer's forward announcement. Both are Kafka
+  records (``edge/records.py``) and travel the sync path of a deployment (``docs/deploy.md``):
+  the origin region's cluster, MirrorMaker 2, the WAN, the destination's cluster, i.e. the
+  jittered one-way WAN + ``SimConfig.sync_path_ms`` (2 Kafka hops + MM2's delay, each derived
+  in ``sim.config``). Relays (the request and its shortlist) and refusals (a vector) are HTTP
+  and cross the WAN like the request (never lost; jittered), and so do piggybacked vectors.
+  Bytes of every vector, announcement and shortlist are counted (``queue_vector_bytes``,
+  ``announce_bytes``, ``shortlist_bytes``).
 
 Ablations (paper §5.4 and beyond) are subclasses that flip ``RouterConfig`` switches;
 ``SimConfig.fp_bits`` and ``monotone`` switch the view's fingerprints and monotonicity rule.
@@ -97,6 +101,7 @@ class KVCompass(Scheme):
         self._worker_region = dep.worker_region.tolist()
         self._region_arr = np.asarray(dep.worker_region, dtype=np.int64)
         self._hop = float(dep.in_region_one_way_ms)
+        self._sync_ms = float(cfg.sync_path_ms)
         self._pending: list[Migration] = []
         self._family: dict[int, int] = {}
         self._piggy: dict[int, QueueVector | None] = {}
@@ -132,7 +137,7 @@ class KVCompass(Scheme):
         for r, dec in enumerate(self.deciders):
             for dest, vec in dec.broadcast(self._now(r, now)):
                 self._charge(vec)
-                net.send("queue", r, dest, now, self._on_vector, (dest, vec))
+                net.send("queue", r, dest, now, self._on_vector, (dest, vec), self._sync_ms)
         self.ctx.schedule(now + self.router_config.broadcast_period_ms, self._broadcast)
 
     def _charge(self, vec: QueueVector) -> None:
@@ -188,7 +193,15 @@ class KVCompass(Scheme):
             for p in range(len(self.deciders)):
                 if p != o:
                     self.announce_bytes += ANNOUNCE_BYTES
-                    net.send("queue", o, p, now, self._on_announce, (p, o, w, arrive, work))
+                    net.send(
+                        "queue",
+                        o,
+                        p,
+                        now,
+                        self._on_announce,
+                        (p, o, w, arrive, work),
+                        self._sync_ms,
+                    )
         for m in sent.migrations:
             self.migrations_asked += 1
             source = m.source_worker if m.source_worker >= 0 else None

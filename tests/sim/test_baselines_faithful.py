@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from sim.schemes.base import HELD
-from sim.schemes.central_directory import CentralDirectory
+from sim.schemes.central_directory import CentralDirectory, CentralDirectoryNoBooking
 from sim.schemes.chord import Chord
 from sim.schemes.consistent_hash import ConsistentHash
 from sim.schemes.dynamo import Dynamo
@@ -34,7 +34,7 @@ def test_central_directory__learns_a_remote_holder_one_way_late() -> None:
     probe = ctx.requests.add([*LONG, 999], origin=0)
     before = cd.route(probe, 105.0)  # the event reaches the directory at 110 ms
     assert before.claimed_tokens == 0 and before.worker != 4
-    after = cd.route(probe, 111.0)
+    after = cd.route(ctx.requests.add([*LONG, 999], origin=0), 111.0)  # the same prompt again
     assert (after.worker, after.claimed_tokens) == (4, 8192)
 
 
@@ -174,9 +174,27 @@ def test_skywalker__waits_in_the_balancer_and_binds_to_the_replica_that_frees() 
     assert sw.outstanding.tolist()[:2] == [1, 1]
 
 
-def test_central_directory__a_report_taken_after_arrival_replaces_the_forward_count() -> None:
+def test_central_directory__keeps_a_forward_a_later_report_leaves_out() -> None:
+    # Issue 34: the directory keeps what it dispatched until it learns the first token; a
+    # report taken after the forward landed (SGLang's waiting tokens leave the running prefill
+    # out) only raises the estimate.
     ctx = FakeContext(three_regions(wan=100.0))
     cd = CentralDirectory(ctx)
+    cd.start()
+    ctx.loads.start()
+    ctx.loop.run_until(5.0)
+    req = ctx.requests.add(LONG, origin=0)
+    w = cd.route(req, 5.0).worker  # 819 ms of predicted work, reaches w at ~6 ms
+    drain = 6.0 + cd._queues(6.0)[w]  # it lands at 6.5 ms (edge -> directory -> edge -> w)
+    assert drain == pytest.approx(6.5 + 819.2)
+    ctx.cluster.backlog[w] = 0.0  # w reports nothing waiting: its one prefill is running
+    ctx.loop.run_until(110.0)  # the poll taken at 101.5 ms has reached the directory
+    assert cd._queues(110.0)[w] == pytest.approx(drain - 110.0)
+
+
+def test_central_directory_no_booking__a_report_taken_after_arrival_replaces_the_count() -> None:
+    ctx = FakeContext(three_regions(wan=100.0))
+    cd = CentralDirectoryNoBooking(ctx)
     cd.start()
     ctx.loads.start()
     ctx.loop.run_until(5.0)

@@ -91,3 +91,18 @@ def test_exact_predictions__booked_drain_is_the_fifos(
     for i, finish in enumerate(finishes):
         b.retire(i, finish + HOP)
         assert b.backlog(finish)[0] == pytest.approx(free - finish)
+
+
+def test_forwards_landing_out_of_booking_order__fifo_by_arrival() -> None:
+    """A booker whose forwards travel unequal paths (the simulator's central directory, hop 0,
+    landing times passed to ``book``): the worker's FIFO is by arrival, so the drain and
+    ``retire`` follow arrival order, not booking order."""
+    b = RegionBooking(np.array([0], np.int64), 0.0)
+    b.book(1, 0, 100.0, 50.0)  # booked first, lands at 100
+    b.book(2, 0, 50.0, 30.0)  # booked second, lands first: served 50-80, then 1 at 100-150
+    assert b.drain_ms()[0] == pytest.approx(150.0)
+    assert b.retire(2, 80.0) == 0
+    assert b.open_forwards(0) == 1  # 1 landed after 2: it is still ahead
+    assert b.drain_ms()[0] == pytest.approx(150.0)
+    assert b.retire(1, 150.0) == 0
+    assert b.open_forwards(0) == 0
