@@ -41,9 +41,10 @@ def register(subparsers: Any) -> None:
         a.add_argument(
             "--secure",
             action="store_true",
-            help="the broker with one SASL_SSL (SCRAM-SHA-512) client listener and a local CA "
-            "(made with openssl), state in broker-<port>-secure; `up` prints where the client "
-            "settings are (source it: KVCOMPASS_SECURITY_PROTOCOL, KVCOMPASS_SASL_*, ...)",
+            help="the broker with one SASL_SSL (SCRAM-SHA-512) client listener, one user and "
+            "ACLs per role, the controller on mutual TLS, a local CA (made with openssl), state "
+            "in broker-<port>-secure; `up` prints where each role's client settings are (source "
+            "them: KVCOMPASS_SECURITY_PROTOCOL, KVCOMPASS_SASL_*, ...)",
         )
         if name == "up":
             a.add_argument("--timeout-s", type=float, default=90.0, help="readiness timeout")
@@ -65,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.kafka_action == "up":
             print(broker.up(timeout_s=args.timeout_s))
-            if args.secure:
-                print(f"client settings: source {broker.state_dir / 'tls' / 'client.env'}")
+            if args.secure:  # one SCRAM user per role (wire.acls): a process sources its own
+                print(f"client settings per role: source {broker.state_dir / 'tls'}/<role>.env "
+                      "(sidecar, maintenance, edge, admin)")  # fmt: skip
         elif args.kafka_action == "down":
             stopped = broker.down()
             print("stopped" if stopped else "not running")

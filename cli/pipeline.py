@@ -1,4 +1,5 @@
-"""`kvcompass pipeline worker|topics`: the Faust pipeline worker (rechunk + shard maintenance).
+"""`kvcompass pipeline worker|topics|acls`: the Faust pipeline worker (rechunk + shard
+maintenance), its topics, and the roles' ACLs on a secured broker (``wire.acls``).
 
 Parses flags into a ``WorkerSettings`` and starts the shell; imports Faust only when the command
 runs. The worker never serves HTTP: the Faust web server is disabled and bound to 127.0.0.1.
@@ -24,6 +25,11 @@ def register(subparsers: Any) -> None:
     for name, help_text in (
         ("worker", "create missing topics, then run the agents until SIGTERM/SIGINT"),
         ("topics", "create missing topics and report drift, then exit"),
+        (
+            "acls",
+            "grant each role (sidecar, maintenance, edge, admin) its ACLs on this "
+            "deployment's topics (admin credentials; idempotent), then exit",
+        ),
     ):
         a = actions.add_parser(name, help=help_text)
         pipeline_flags.add(a)
@@ -54,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from wire.topics import adopt_retention, ensure_topics
 
     cfg = _config(args)
+    if args.pipeline_action == "acls":
+        return _acls(cfg)
     if cfg.checkpointing_note:  # a short index-ops retention implied the checkpoint period
         print(f"implied: {cfg.checkpointing_note}", flush=True)
     report = ensure_topics(AdminClient(librdkafka_conf(cfg)), cfg)
@@ -85,4 +93,21 @@ def run(args: argparse.Namespace) -> int:
         port = serve_metrics(shell, args.metrics_port)
         print(f"pipeline metrics on http://127.0.0.1:{port}/metrics", flush=True)
     run_worker(app, args.loglevel, shell, args.stop_timeout_s)
+    return 0
+
+
+def _acls(cfg: Any) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    from wire.acls import AclError, ensure_acls, grants, user
+    from wire.kafka_clients import librdkafka_conf
+    from wire.logs import one_line
+
+    for g in grants(cfg):
+        print(f"User:{user(g.role)} {g.operation} {g.resource} {g.name} ({g.pattern})")
+    try:
+        print(f"{ensure_acls(AdminClient(librdkafka_conf(cfg)), cfg)} bindings in place")
+    except AclError as exc:
+        print(one_line(exc))
+        return 1
     return 0

@@ -11,8 +11,10 @@ broker. Why this Kafka version and these logging jars: ``infra/local/README.md``
 Must not: create the pipeline's topics (``wire.topics``) or touch anything but its own
 processes and directories. By default the broker has no authentication and listens on loopback
 only; ``secure=True`` (``kvcompass kafka up --secure``) gives it one SASL_SSL client listener
-instead (SCRAM-SHA-512 users, a local CA: ``wire.kafka_secure``), in its own state directory
-(``broker-<port>-secure``), and ``client_config()`` says how to reach it.
+instead (one SCRAM-SHA-512 user per role, a controller listener on mutual TLS, a local CA:
+``wire.kafka_secure``; once it serves, the roles' ACLs of the default deployment, ``wire.acls``),
+in its own state directory (``broker-<port>-secure``), and ``client_config(role)`` says how a
+process of that role reaches it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from wire import kafka_secure
+from wire.acls import AclError, ensure_acls
 from wire.config import PipelineConfig
 from wire.kafka_clients import librdkafka_conf
 from wire.kafka_jars import (
@@ -144,12 +147,13 @@ class LocalBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def client_config(self) -> PipelineConfig:
-        """How a client reaches this broker: PLAINTEXT, or (secure) SASL_SSL with the client
-        user's SCRAM credentials and the local CA (made on first use)."""
+    def client_config(self, role: str = "admin") -> PipelineConfig:
+        """How a client of ``role`` (``wire.acls.ROLES``) reaches this broker: PLAINTEXT, or
+        (secure) SASL_SSL with that role's SCRAM credentials and the local CA (made on first
+        use)."""
         if not self.secure:
             return PipelineConfig(bootstrap_servers=self.bootstrap)
-        return kafka_secure.prepare(self.state_dir).client_config(self.bootstrap)
+        return kafka_secure.prepare(self.state_dir).client_config(self.bootstrap, role)
 
     def fetch(self) -> Path:
         """Resolve the broker's runtime jars once; later calls (any process) reuse them."""
@@ -174,12 +178,18 @@ class LocalBroker:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         data_dir = self.state_dir / "data"
         props = render_server_properties(self.port, self.controller_port, data_dir)
+        formatted = (data_dir / "meta.properties").exists()
+        if self.secure and formatted and not kafka_secure.current_scheme(self.state_dir):
+            raise BrokerError(
+                f"{self.state_dir} was formatted by an older --secure (one shared client user, "
+                f"a PLAINTEXT controller); start over: rm -rf {self.state_dir}"
+            )
         if self.secure:
             files = kafka_secure.prepare(self.state_dir)
             props += files.server_properties(self.port, self.controller_port)
             kafka_secure.write_client_env(files, self.bootstrap)
         self.properties_file.write_text(props, encoding="utf-8")
-        if not (data_dir / "meta.properties").exists():
+        if not formatted:
             self._format(lib)
         with open(self.log_file, "ab") as log:
             self._proc = subprocess.Popen(
@@ -192,7 +202,9 @@ class LocalBroker:
         self.pid_file.write_text(f"{self._proc.pid}\n")
         try:
             self.wait_ready(timeout_s)
-        except BrokerError:
+            if self.secure:  # the roles' ACLs of the default deployment (idempotent)
+                ensure_acls(AdminClient(librdkafka_conf(self.client_config())), PipelineConfig())
+        except (BrokerError, AclError):
             self.down()
             raise
         return self.bootstrap

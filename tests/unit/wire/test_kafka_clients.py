@@ -88,7 +88,10 @@ def test_ssl_context__trusts_the_given_ca_and_checks_host_names(tmp_path: Path) 
     assert isinstance(ctx, ssl.SSLContext) and ctx.check_hostname
     assert any("kvcompass local CA" in str(c.get("subject")) for c in ctx.get_ca_certs())
     assert aiokafka_kwargs(cfg)["ssl_context"].verify_mode == ssl.CERT_REQUIRED
-    assert prepare(tmp_path).client_password == files.client_password  # made once, reused
+    assert prepare(tmp_path).role_passwords == files.role_passwords  # made once, reused
+    assert len({pw for _, pw in files.role_passwords}) == 4  # one user per role, own password
+    assert cfg.sasl_username == "kvcompass-admin"
+    assert files.client_config("b:1", "sidecar").sasl_username == "kvcompass-sidecar"
     assert oct(files.directory.stat().st_mode & 0o777) == "0o700"
 
 
