@@ -9,6 +9,8 @@ may also be a whole deployment file carrying those tables), or just a deployment
 or path). Flags override the file; they mirror ``EdgeConfig`` fields in kebab-case. The edge
 module is imported only when the command runs. Kafka is used with a ``[pipeline]`` table or a
 Kafka flag (``cli/pipeline_flags.py``: flag > ``KVCOMPASS_*`` env > the table > default).
+The relay key (``edge.relay_key``, required with peers) comes from the file or, when the file
+has none, from ``KVCOMPASS_RELAY_KEY`` (so it need not sit in a config file).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Any
 
 from cli import pipeline_flags
 from kvcompass.errors import ConfigError
+
+RELAY_KEY_ENV = "KVCOMPASS_RELAY_KEY"
+"""The deployment's relay key (``edge.relay_key``) when the config file does not name it."""
 
 
 def register(subparsers: Any) -> None:
@@ -62,6 +67,7 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 def options(args: argparse.Namespace) -> tuple[Any, Any]:
     """(EdgeConfig, Deployment) from the file and the flags."""
     import dataclasses
+    import os
     import tomllib
 
     from edge.config import EdgeConfig
@@ -92,6 +98,8 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
         workers=tuple(sorted((int(k), v) for k, v in workers.items())),
         peers=tuple(sorted(peers.items())),
         pipeline=pipeline_flags.config(args, pipe) if on else None,
+        # the relay key from the file, else the environment (a secret store's injection)
+        relay_key=cfg.relay_key or os.environ.get(RELAY_KEY_ENV) or None,
     )
     EdgeConfig.__post_init__(cfg)
     return cfg, dep

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import secrets
 import shutil
 import time
 from collections.abc import Callable
@@ -116,9 +117,13 @@ class LocalCluster:
         )
 
     def _write_edge_toml(self, region: str) -> None:
+        key_file = self.run_dir / "relay.key"  # the run's relay key: one secret for its edges
+        if not key_file.exists():
+            key_file.write_text(secrets.token_hex(32), encoding="utf-8")
         text = commands.edge_toml(
             self.spec, region, int(self.edge_urls[region].rsplit(":", 1)[1]),
             self.view_dir(region), self.worker_urls, self.edge_urls, self.bootstrap,
+            key_file.read_text(encoding="utf-8").strip(),
         )  # fmt: skip
         (self.run_dir / f"edge-{region}.toml").write_text(text, encoding="utf-8")
 

@@ -83,15 +83,17 @@ def _s(value: str) -> str:
 
 
 def edge_toml(spec: Spec, region: str, port: int, view_dir: Path, workers: Mapping[int, str],
-              peers: Mapping[str, str], bootstrap: str) -> str:  # fmt: skip
+              peers: Mapping[str, str], bootstrap: str, relay_key: str) -> str:  # fmt: skip
     """The edge's config: every worker, the other regions' edges as peers (cross-region forwards
-    relay through them), views in ``view_dir``, WAN delay scale = the workers' time scale, the
-    spec's scheme, and ``admin = true`` (the launcher switches schemes live)."""
+    relay through them, signed with the run's ``relay_key``: ``edge.relay_auth``), views in
+    ``view_dir``, WAN delay scale = the workers' time scale, the spec's scheme, and
+    ``admin = true`` (the launcher switches schemes live)."""
     lines = ["[edge]", f"region = {_s(region)}", f"deployment = {_s(spec.deployment)}",
              'host = "127.0.0.1"', f"port = {port}", f"model = {_s(spec.model)}",
              f"view_dir = {_s(str(view_dir))}",
              f"wan_delay_scale = {float(spec.time_scale)!r}",
-             f"scheme = {_s(spec.edge_scheme)}", "admin = true"]  # fmt: skip
+             f"scheme = {_s(spec.edge_scheme)}", "admin = true",
+             f"relay_key = {_s(relay_key)}"]  # fmt: skip
     lines += ["[workers]", *(f'"{w}" = {_s(u)}' for w, u in workers.items())]
     lines += ["[peers]", *(f"{r} = {_s(u)}" for r, u in peers.items() if r != region)]
     lines += ["[pipeline]", f"bootstrap_servers = {_s(bootstrap)}",

@@ -35,6 +35,7 @@ from edge.handlers import EDGE, error_middleware, make_completion_handler, read_
 from edge.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edge.off_loop import OffLoop
 from edge.pd import Disaggregation
+from edge.relay_auth import RelayAuth
 from edge.request_ids import AmbiguousClientId, ClientIds
 from edge.schemes import EDGE_SCHEMES, Schemes
 from edge.service import EdgeService
@@ -192,10 +193,11 @@ def assemble(
             on_prefill_error=lambda why: service.metrics.inc("pd_prefill_failures_total",
                                                              reason=why),
         )  # fmt: skip
+    relay_auth = RelayAuth(config.relay_key) if config.relay_key is not None else None
     forwarder = Forwarder(
         routes, pool_size=config.pool_size_per_worker,
         connect_timeout_ms=config.connect_timeout_ms,
-        first_byte_timeout_ms=config.first_byte_timeout_ms, pd=pd,
+        first_byte_timeout_ms=config.first_byte_timeout_ms, pd=pd, relay_auth=relay_auth,
     )  # fmt: skip
     local = frozenset(int(w) for w in deployment.workers_of(origin).tolist())
     return EdgeApp(

@@ -27,7 +27,8 @@ TOML form (every key but ``region`` optional; ``[workers]`` maps global worker i
     api_key = "sk-acme-0123456789"
     sharing_group = "acme"             # key salt and engine cache_salt; default: the name
 
-``edge.admin_token`` guards ``/debug/*`` and ``/admin/*`` (see ``edge.tenants``).
+``edge.admin_token`` guards ``/debug/*`` and ``/admin/*`` (see ``edge.tenants``);
+``edge.relay_key`` (required with ``[peers]``) signs relays between edges (``edge.relay_auth``).
 
 A file that is itself a deployment (has ``regions``) may carry the same tables; the deployment
 part is then used and ``edge.deployment`` is ignored (see ``cli.edge``).
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge.pd import PDConfig
+from edge.relay_auth import check_key
 from edge.scheme_names import EDGE_SCHEMES
 from edge.tenants import (
     ModelSpec,
@@ -138,6 +140,10 @@ class EdgeConfig:
     (``edge.pd``); None: aggregated workers."""
     admin_token: str | None = None
     """Bearer token of ``/debug/*`` and ``/admin/*`` (required for them when tenants exist)."""
+    relay_key: str | None = None
+    """The deployment's shared secret that signs relays between edges (``edge.relay_auth``; at
+    least 32 characters, the same on every edge). Required with ``[peers]``; without it this
+    edge acts on no ``X-KVC-*`` request header (every request is routed here)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.region, str) or not self.region:
@@ -184,6 +190,14 @@ class EdgeConfig:
                 "edge.view_mode 'reader' needs edge.view_dir (the writer's directory)"
             )
         self.tenancy()  # models, tenants, admin token
+        if self.relay_key is not None:
+            check_key(self.relay_key)
+        elif self.peers:
+            raise ConfigError(
+                "peers: relays between edges are signed: set edge.relay_key to the deployment's "
+                "shared relay key (the same secret on every edge; edge/README.md, 'Relay "
+                "authentication'), or KVCOMPASS_RELAY_KEY for `kvcompass edge`"
+            )
         ids = [w for w, _ in self.workers]
         if len(set(ids)) != len(ids) or any(w < 0 for w in ids):
             raise ConfigError(f"workers: expected unique ids >= 0, got {ids}")

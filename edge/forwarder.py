@@ -3,7 +3,8 @@
 Owns the pools (``edge.http_client.Pool`` per worker, so a slow worker cannot starve the
 others; ``GET /v1/loads`` goes through an aiohttp session per worker), where a request goes
 (the worker itself, or — for a worker of another region whose edge is listed in
-``EdgeConfig.peers`` — that edge, with ``X-KVC-Forward-To``), the connect / first-byte
+``EdgeConfig.peers`` — that edge, with ``X-KVC-Forward-To``, signed: ``edge.relay_auth``), the
+connect / first-byte
 timeouts, and the emulated WAN. Must not decide anything or read bodies: it returns the open
 ``UpstreamResponse`` and the handler streams it. Worker URLs are ``http://`` (a private network;
 no TLS on this hop).
@@ -26,6 +27,7 @@ import yarl
 from edge.feedback import RELAY_HEADER
 from edge.http_client import HTTPError, Pool, UpstreamResponse
 from edge.pd import Disaggregation
+from edge.relay_auth import SIGNATURE_HEADER, RelayAuth
 from kvcompass.errors import ConfigError
 
 
@@ -62,10 +64,15 @@ class Forwarder:
         connect_timeout_ms: float,
         first_byte_timeout_ms: float,
         pd: Disaggregation | None = None,
+        relay_auth: RelayAuth | None = None,
     ) -> None:
         """``pd``: this region's workers run disaggregated; a send to one of them is the
-        (prefill, decode) pair (``edge.pd``)."""
+        (prefill, decode) pair (``edge.pd``). ``relay_auth`` signs every relay to a peer edge
+        (``edge.relay_auth``; required when a route is relayed)."""
         self.routes = dict(routes)
+        self.relay_auth = relay_auth
+        if relay_auth is None and any(r.relayed for r in self.routes.values()):
+            raise ConfigError("peers: relays between edges need edge.relay_key")
         self.pd = pd
         self._pool_size = pool_size
         self._timeout = aiohttp.ClientTimeout(
@@ -121,8 +128,9 @@ class Forwarder:
         route = self.routes[worker]
         pool, prefix = self._pools[worker]
         hdrs = headers
-        if route.relayed:
+        if route.relayed and self.relay_auth is not None:
             hdrs = {**headers, **(relay_headers or {}), RELAY_HEADER: str(worker)}
+            hdrs[SIGNATURE_HEADER] = self.relay_auth.sign(path, body, hdrs)
         if route.one_way_delay_s > 0:
             await asyncio.sleep(route.one_way_delay_s)
         try:

@@ -53,6 +53,7 @@ from edge.relay import (
     decode_shortlist,
     encode_shortlist,
 )
+from edge.relay_auth import relay_headers as kvc_headers
 from kvcompass.decider import QueueVector
 
 if TYPE_CHECKING:
@@ -190,15 +191,34 @@ async def _serve(
     def usable(w: int) -> bool:
         return scope.allows(w) and reachable(w)
 
-    relay = request.headers.get(RELAY_HEADER)
+    kvc = _trusted_relay_headers(request, st, raw)
+    relay = kvc.get(RELAY_HEADER)
     if relay is not None:
-        return await _serve_relay(request, st, kind, rid, raw, parsed, scope, relay, usable)
+        return await _serve_relay(request, st, kind, rid, raw, parsed, scope, kvc, usable)
     ex = st.service.decide(rid, parsed.tokens, scope)
     cands = st.service.candidates(ex, usable)[:2]
     if not cands:
         raise shapes.ApiError(503, "no reachable worker can serve this request",
                               "service_unavailable", code="no_candidates")  # fmt: skip
     return await _proxy(request, st, kind, rid, raw, parsed, cands, ex, usable, relay_headers)
+
+
+def _trusted_relay_headers(request: web.Request, st: EdgeApp, raw: bytes) -> dict[str, str]:
+    """The request's ``X-KVC-*`` headers (canonical names) if a peer edge signed them
+    (``edge.relay_auth``); else none: a client's are dropped, counted by reason, and the request
+    is routed like any other (issue 35 item 5)."""
+    kvc = kvc_headers(request.headers)
+    if not kvc:
+        return {}
+    auth = st.forwarder.relay_auth
+    why = auth.verify(request.path, raw, request.headers) if auth is not None else "no_relay_key"
+    if why is not None:
+        st.service.metrics.inc("relay_headers_stripped_total", reason=why)
+        log.debug("request %s: X-KVC-* headers dropped (%s): %s", request[_IDS].edge, why,
+                  sorted(kvc)[:8])  # fmt: skip
+        return {}
+    names = {n.lower(): n for n in (RELAY_HEADER, ORIGIN_HEADER, SHORTLIST_HEADER)}
+    return {names.get(k.lower(), k): v for k, v in kvc.items()}
 
 
 async def _serve_relay(
@@ -209,15 +229,16 @@ async def _serve_relay(
     raw: bytes,
     parsed: shapes.Parsed,
     scope: Scope,
-    relay: str,
+    kvc: dict[str, str],
     usable: Callable[[int], bool],
 ) -> web.StreamResponse:
-    """A peer edge relayed a request here. With its shortlist (route-and-reserve) this edge
-    books one of its workers or refuses; without one it serves on the named worker, unbooked."""
-    worker = st.relay_target(relay)
+    """A peer edge relayed a request here (``kvc``: its signed ``X-KVC-*`` headers). With its
+    shortlist (route-and-reserve) this edge books one of its workers or refuses; without one it
+    serves on the named worker, unbooked."""
+    worker = st.relay_target(kvc[RELAY_HEADER])
     dep = st.service.deployment
-    origin = _origin_region(request, dep.n_regions)
-    raw_sl = request.headers.get(SHORTLIST_HEADER)
+    origin = _origin_region(kvc, dep.n_regions)
+    raw_sl = kvc.get(SHORTLIST_HEADER)
     if raw_sl is not None and st.service.books:
         sl = decode_shortlist(raw_sl, dep.n_regions, dep.n_workers)
         if sl is None or sl.region != st.service.origin:
@@ -243,10 +264,10 @@ async def _serve_relay(
                         relay_origin=origin)  # fmt: skip
 
 
-def _origin_region(request: web.Request, n_regions: int) -> int | None:
-    """The region of the edge that relayed ``request`` (``ORIGIN_HEADER``), if it says so."""
+def _origin_region(kvc: dict[str, str], n_regions: int) -> int | None:
+    """The region of the edge that relayed the request (``ORIGIN_HEADER``), if it says so."""
     try:
-        r = int(request.headers.get(ORIGIN_HEADER, ""))
+        r = int(kvc.get(ORIGIN_HEADER, ""))
     except ValueError:
         return None
     return r if 0 <= r < n_regions else None
@@ -309,7 +330,8 @@ async def _proxy(
             if ex is not None:
                 ex.attempts.append({"worker": w, "error": str(err)[:300]})
             continue
-        if resp.status == REFUSED_STATUS and REFUSED_HEADER in resp.headers and ex is not None:
+        refusal = resp.status == REFUSED_STATUS and REFUSED_HEADER in resp.headers
+        if refusal and relayed and ex is not None:  # only a peer edge refuses (never a worker)
             raw_qv = resp.headers.get(QUEUE_HEADER)
             resp.release()
             resp = None
@@ -339,8 +361,8 @@ async def _proxy(
         if vec_out is not None:
             out_headers[QUEUE_HEADER] = encode_queue_header(vec_out)
     qv = None
-    raw_qv = resp.headers.get(QUEUE_HEADER)
-    if raw_qv is not None and ex is not None:
+    raw_qv = resp.headers.get(QUEUE_HEADER) if st.forwarder.relayed(worker) else None
+    if raw_qv is not None and ex is not None:  # a peer edge's piggyback (a worker has none)
         qv = _vector(st, raw_qv)
         metrics.inc("piggybacks_total", result="ok" if qv is not None else "malformed")
 

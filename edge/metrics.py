@@ -64,6 +64,8 @@ HELP: dict[str, str] = {
     "open_requests": "requests this edge is serving (received, not yet answered)",
     "client_disconnect_total": "clients that went away before their response was complete",
     "connections_refused_total": "connections refused at the concurrent-connection cap",
+    "relay_headers_stripped_total": "client requests whose X-KVC-* headers were dropped (no valid "
+    "relay signature: edge.relay_auth), by reason; each was routed like any client's",
     "stream_write_timeouts_total": "streams ended because their client read nothing for "
     "stream_write_timeout_ms (logged; the client's connection closed)",
     "cache_unknown_total": "times a worker's cache became unknown (sidecar degraded), by worker",

@@ -10,6 +10,7 @@ through a ``DiscoveryIndex`` (the maintenance side), as the Kafka pipeline would
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from edge.app import EdgeApp, assemble, build_app
 from edge.config import EdgeConfig
+from edge.feedback import RELAY_HEADER
+from edge.relay_auth import SIGNATURE_HEADER, RelayAuth
 from kvcompass.deployment import Deployment
 from kvcompass.index import DiscoveryIndex
 from kvcompass.keys import KeyNamespace, PrefixHasher
@@ -30,6 +33,8 @@ from workers.emulated.costs import EmulatedCosts
 from workers.emulated.worker import EmulatedConfig, EmulatedWorker
 
 MODEL = "test-model"
+RELAY_KEY = "edge-cluster-relay-key-0123456789abcdef"
+"""The cluster's relay key (``edge.relay_auth``): relays between its edges are signed with it."""
 WAN_SCALE = 0.001
 DEPLOYMENT = Deployment.from_dict(
     {
@@ -100,6 +105,7 @@ class Cluster:
         values: dict[str, Any] = {
             "region": region, "model": MODEL, "wan_delay_scale": WAN_SCALE,
             "loads_poll_period_ms": 0.0, "max_context_tokens": 32_768,
+            "relay_key": RELAY_KEY,  # every edge of the cluster: the deployment's one key
         }  # fmt: skip
         only = overrides.pop("only_workers", None)  # a partial [workers] map
         models = overrides.pop("models", None)  # [models.*] and [tenants.*] tables
@@ -117,6 +123,21 @@ class Cluster:
         self.edges[region] = (app, client)
         self.sinks[region] = sink
         return app, client
+
+
+def signed_relay(
+    path: str,
+    body: dict[str, Any],
+    worker: int,
+    headers: dict[str, str] | None = None,
+    key: str = RELAY_KEY,
+) -> tuple[bytes, dict[str, str]]:
+    """(body bytes, headers) of a relay to ``worker`` as a peer edge of the cluster sends it:
+    ``X-KVC-Forward-To`` signed with ``key`` (a client's unsigned one is dropped)."""
+    raw = json.dumps(body).encode()
+    hdrs = {**(headers or {}), RELAY_HEADER: str(worker), "Content-Type": "application/json"}
+    hdrs[SIGNATURE_HEADER] = RelayAuth(key).sign(path, raw, hdrs)
+    return raw, hdrs
 
 
 @contextlib.asynccontextmanager

@@ -310,8 +310,10 @@ def test_shared_worker__sidecar_files_each_groups_pages_under_its_own_namespace(
             w0.publisher.publish = recorded  # type: ignore[method-assign]
             docs = {"acme": ec.prompt(1100, seed=500), "globex": ec.prompt(1100, seed=501)}
             for name, doc in docs.items():  # each group's document, cached on worker 0
-                hdrs = {**_bearer(KEYS[name]), "X-KVC-Forward-To": "0"}  # served on worker 0
-                r = await client.post("/generate", headers=hdrs, json={"input_ids": doc})
+                raw, hdrs = ec.signed_relay(
+                    "/generate", {"input_ids": doc}, 0, _bearer(KEYS[name])
+                )  # served on worker 0
+                r = await client.post("/generate", headers=hdrs, data=raw)
                 assert r.status == 200, await r.text()
             reg = ec.LEVELS.registration_lengths(0).tolist()
             bridge = RankBridge(0, 0, KeyNamespace(ec.MODEL), reg)

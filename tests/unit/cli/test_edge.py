@@ -17,15 +17,19 @@ def _parse(*argv: str) -> argparse.Namespace:
     return p.parse_args(["edge", *argv])
 
 
-def test_builtin_deployment_name_and_flags__config_built() -> None:
+def test_builtin_deployment_name_and_flags__config_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cli.RELAY_KEY_ENV, "k" * 32)  # peers need the relay key: from the env
     args = _parse("--region", "eu", "--config", "paper-testbed-14x3", "--port", "9001",
                   "--worker", "8=http://127.0.0.1:30008", "--peer", "us=http://127.0.0.1:8080",
                   "--bootstrap-servers", "127.0.0.1:19092", "--n-shards", "3")  # fmt: skip
     cfg, dep = cli.options(args)
     assert dep.name == "paper-testbed-14x3" and cfg.region == "eu" and cfg.port == 9001
     assert cfg.worker_urls() == {8: "http://127.0.0.1:30008"}
-    assert cfg.peers == (("us", "http://127.0.0.1:8080"),)
+    assert cfg.peers == (("us", "http://127.0.0.1:8080"),) and cfg.relay_key == "k" * 32
     assert cfg.pipeline is not None and cfg.pipeline.n_shards == 3
+    monkeypatch.delenv(cli.RELAY_KEY_ENV)
+    with pytest.raises(ConfigError, match="relay_key"):
+        cli.options(args)
 
 
 def test_deployment_file_with_edge_tables__both_read(tmp_path: Path) -> None:

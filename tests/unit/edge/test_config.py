@@ -12,6 +12,7 @@ TOML = """
 region = "eu"
 port = 8081
 wan-delay-scale = 0.5
+relay_key = "0123456789abcdef0123456789abcdef"
 [workers]
 8 = "http://127.0.0.1:30008/"
 9 = "http://127.0.0.1:30009"
@@ -29,6 +30,14 @@ def test_from_toml_text__tables_become_fields() -> None:
     assert cfg.worker_urls() == {8: "http://127.0.0.1:30008", 9: "http://127.0.0.1:30009"}
     assert cfg.peers == (("us", "http://127.0.0.1:8080"),)
     assert cfg.pipeline is not None and cfg.pipeline.n_shards == 3
+
+
+def test_peers_without_a_relay_key__refused_with_what_to_set() -> None:
+    without = "\n".join(line for line in TOML.splitlines() if "relay_key" not in line)
+    with pytest.raises(ConfigError, match=r"set edge\.relay_key"):
+        EdgeConfig.from_toml_text(without)
+    with pytest.raises(ConfigError, match="at least 32 characters"):
+        EdgeConfig.from_toml_text(TOML.replace("0123456789abcdef0123456789abcdef", "short"))
 
 
 def test_from_toml_text__overrides_replace_file_values() -> None:
