@@ -15,7 +15,9 @@ only the topics §7 names it the producer of:
 - admin may do anything (the cluster, every topic and group): creates topics and these ACLs.
 
 Maintenance also owns its Faust app's internal topics (``<app id>-...``: created, read and
-written) and group. ``ensure_acls`` creates the bindings (idempotent; needs the admin role).
+written) and group. ``ensure_acls`` creates the bindings (idempotent; needs the admin role);
+``infra/terraform/modules/topology`` declares the same table for MSK
+(``tests/integration/test_terraform.py`` compares the two).
 
 Must not: create users or topics (``wire.kafka_secure`` / Terraform, ``wire.topics``).
 """

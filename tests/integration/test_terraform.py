@@ -253,3 +253,25 @@ def test_topology_rejects__index_ops_retention_below_the_checkpoint_rule(tmp_pat
     ok = cli.apply(vars={"regions": json.dumps(["r1"]), "n_shards": "2",
                          "retention_ms": json.dumps({**short, "short": 3600000})})  # fmt: skip
     assert ok.retcode == 0, ok.error
+
+
+@pytest.mark.parametrize("regions", [["us-east-1"], ["us-east-1", "eu-west-1", "ap-south-1"]])
+def test_topology_acls_are_wire_acls__one_principal_per_role(
+    tmp_path: Path, regions: list[str]
+) -> None:
+    """Issue 35 item 4: Terraform declares the principals and ACLs ``wire.acls`` grants on a
+    local broker, region by region (the copies of the other regions' topics included)."""
+    from wire.acls import ROLES, grants, writers
+    from wire.config import PipelineConfig
+
+    retcode, out = _apply_topology(tmp_path, regions, 4)
+    assert retcode == 0
+    assert out["roles"] == list(ROLES)
+    for region in regions:
+        cfg = PipelineConfig(mirror_sources=tuple(r for r in sorted(regions) if r != region))
+        tf = {(a["role"], a["resource"], a["name"], a["pattern"], a["operation"])
+              for a in out["acls_by_region"][region]}  # fmt: skip
+        py = {(g.role, g.resource, g.name, g.pattern, g.operation) for g in grants(cfg)}
+        assert tf == py, (sorted(tf - py), sorted(py - tf))
+        assert ("sidecar", "topic", "index-patches", "literal", "WRITE") not in tf
+        assert writers(cfg, "index-patches") == ("maintenance",)

@@ -25,7 +25,7 @@ module "kafka_us_east_1" {
   vpc_cidr           = var.networks["us-east-1"].vpc_cidr
   private_subnet_ids = var.networks["us-east-1"].private_subnet_ids
   peer_cidrs         = [var.networks["eu-west-1"].vpc_cidr]
-  client_password    = var.kafka_client_password
+  role_passwords     = var.kafka_role_passwords
 }
 
 module "kafka_eu_west_1" {
@@ -36,7 +36,7 @@ module "kafka_eu_west_1" {
   vpc_cidr           = var.networks["eu-west-1"].vpc_cidr
   private_subnet_ids = var.networks["eu-west-1"].private_subnet_ids
   peer_cidrs         = [var.networks["us-east-1"].vpc_cidr]
-  client_password    = var.kafka_client_password
+  role_passwords     = var.kafka_role_passwords
 }
 
 # The kafka providers depend on cluster outputs, so a first apply needs
@@ -61,12 +61,14 @@ module "topics_us_east_1" {
   source    = "../../modules/topics"
   providers = { kafka = kafka.us_east_1 }
   topics    = module.topology.topics_by_region["us-east-1"]
+  acls      = module.topology.acls_by_region["us-east-1"]
 }
 
 module "topics_eu_west_1" {
   source    = "../../modules/topics"
   providers = { kafka = kafka.eu_west_1 }
   topics    = module.topology.topics_by_region["eu-west-1"]
+  acls      = module.topology.acls_by_region["eu-west-1"]
 }
 
 locals {

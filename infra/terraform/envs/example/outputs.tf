@@ -17,7 +17,7 @@ output "bootstrap_brokers" {
 }
 
 output "client_settings" {
-  description = "Per region, the environment of the project's clients (SASL_SSL, SCRAM-SHA-512); add KVCOMPASS_SASL_PASSWORD from client_secret_arns."
+  description = "Per region and role, the environment of a process of that role (SASL_SSL, SCRAM-SHA-512); add KVCOMPASS_SASL_PASSWORD from client_secret_arns."
   value = {
     "us-east-1" = module.kafka_us_east_1.client_settings
     "eu-west-1" = module.kafka_eu_west_1.client_settings
@@ -25,9 +25,9 @@ output "client_settings" {
 }
 
 output "client_secret_arns" {
-  description = "Per region, the Secrets Manager secret with the clients' SCRAM credentials."
+  description = "Per region and role, the Secrets Manager secret with that role's SCRAM credentials."
   value = {
-    "us-east-1" = module.kafka_us_east_1.client_secret_arn
-    "eu-west-1" = module.kafka_eu_west_1.client_secret_arn
+    "us-east-1" = module.kafka_us_east_1.client_secret_arns
+    "eu-west-1" = module.kafka_eu_west_1.client_secret_arns
   }
 }

@@ -35,8 +35,8 @@ variable "mm2_plugin_arns" {
   type        = map(string)
 }
 
-variable "kafka_client_password" {
-  description = "SCRAM password of the project's clients in every region (TF_VAR_kafka_client_password)."
-  type        = string
+variable "kafka_role_passwords" {
+  description = "SCRAM password of every role's user (sidecar, maintenance, edge, admin), the same in every region (TF_VAR_kafka_role_passwords='{sidecar=\"...\",...}')."
+  type        = map(string)
   sensitive   = true
 }

@@ -69,6 +69,9 @@ resource "aws_msk_configuration" "kafka" {
     "min.insync.replicas = ${var.min_insync_replicas}",
     "unclean.leader.election.enable = false",
     "log.cleaner.enable = true",
+    # SCRAM clients get only what the roles' ACLs grant (modules/topics); IAM clients (MM2, the
+    # Terraform kafka provider) are governed by IAM policies, not by Kafka ACLs.
+    "allow.everyone.if.no.acl.found = false",
     "",
   ])
 }
@@ -140,21 +143,27 @@ resource "aws_msk_cluster" "kafka" {
   }
 }
 
-# SCRAM credentials of the project's clients (wire/kafka_clients.py speaks SCRAM, not MSK IAM).
-# MSK reads them from a Secrets Manager secret named AmazonMSK_*, encrypted with a customer key.
+# SCRAM credentials of the project's clients (wire/kafka_clients.py speaks SCRAM, not MSK IAM):
+# one user per role, kvcompass-<role> (wire/acls.py), whose ACLs modules/topics declares. MSK
+# reads them from Secrets Manager secrets named AmazonMSK_*, encrypted with a customer key.
 resource "aws_secretsmanager_secret" "client" {
-  #checkov:skip=CKV2_AWS_57:MSK SCRAM secrets are rotated by applying a new client_password; MSK has no rotation Lambda
-  name       = "AmazonMSK_${var.name}-kvcompass"
+  #checkov:skip=CKV2_AWS_57:MSK SCRAM secrets are rotated by applying a new role password; MSK has no rotation Lambda
+  for_each   = toset(var.roles)
+  name       = "AmazonMSK_${var.name}-kvcompass-${each.key}"
   kms_key_id = aws_kms_key.kafka.arn
 }
 
 resource "aws_secretsmanager_secret_version" "client" {
-  secret_id     = aws_secretsmanager_secret.client.id
-  secret_string = jsonencode({ username = var.client_username, password = var.client_password })
+  for_each  = toset(var.roles)
+  secret_id = aws_secretsmanager_secret.client[each.key].id
+  secret_string = jsonencode({
+    username = "kvcompass-${each.key}"
+    password = var.role_passwords[each.key]
+  })
 }
 
 resource "aws_msk_scram_secret_association" "client" {
   cluster_arn     = aws_msk_cluster.kafka.arn
-  secret_arn_list = [aws_secretsmanager_secret.client.arn]
+  secret_arn_list = [for r in var.roles : aws_secretsmanager_secret.client[r].arn]
   depends_on      = [aws_secretsmanager_secret_version.client]
 }

@@ -24,16 +24,18 @@ output "bootstrap_brokers_sasl_scram" {
 }
 
 output "client_settings" {
-  description = "Environment of the project's clients (wire/config.py PipelineConfig.from_env); the password is in client_secret_arn. MSK's certificates chain to a public CA: no ssl_ca_location."
+  description = "Per role, the environment of a process of that role (wire/config.py PipelineConfig.from_env); its password is in client_secret_arns[role]. MSK's certificates chain to a public CA: no ssl_ca_location."
   value = {
-    KAFKA_BOOTSTRAP_SERVERS     = aws_msk_cluster.kafka.bootstrap_brokers_sasl_scram
-    KVCOMPASS_SECURITY_PROTOCOL = "SASL_SSL"
-    KVCOMPASS_SASL_MECHANISM    = "SCRAM-SHA-512"
-    KVCOMPASS_SASL_USERNAME     = var.client_username
+    for r in var.roles : r => {
+      KAFKA_BOOTSTRAP_SERVERS     = aws_msk_cluster.kafka.bootstrap_brokers_sasl_scram
+      KVCOMPASS_SECURITY_PROTOCOL = "SASL_SSL"
+      KVCOMPASS_SASL_MECHANISM    = "SCRAM-SHA-512"
+      KVCOMPASS_SASL_USERNAME     = "kvcompass-${r}"
+    }
   }
 }
 
-output "client_secret_arn" {
-  description = "Secrets Manager secret holding the clients' SCRAM username and password."
-  value       = aws_secretsmanager_secret.client.arn
+output "client_secret_arns" {
+  description = "Per role, the Secrets Manager secret holding its SCRAM username and password."
+  value       = { for r in var.roles : r => aws_secretsmanager_secret.client[r].arn }
 }

@@ -72,19 +72,19 @@ variable "tags" {
   default     = {}
 }
 
-variable "client_username" {
-  description = "SCRAM user of the project's clients (pipeline workers, edges, sidecars)."
-  type        = string
-  default     = "kvcompass"
+variable "roles" {
+  description = "Kafka roles (wire/acls.py ROLES); role r's SCRAM user is kvcompass-<r>."
+  type        = list(string)
+  default     = ["sidecar", "maintenance", "edge", "admin"]
 }
 
-variable "client_password" {
-  description = "SCRAM password of client_username (kept in Secrets Manager; clients read it as KVCOMPASS_SASL_PASSWORD)."
-  type        = string
+variable "role_passwords" {
+  description = "SCRAM password of every role's user (kept in Secrets Manager; a process of that role reads it as KVCOMPASS_SASL_PASSWORD)."
+  type        = map(string)
   sensitive   = true
 
   validation {
-    condition     = length(var.client_password) >= 16
-    error_message = "client_password: expected at least 16 characters."
+    condition     = alltrue([for pw in values(var.role_passwords) : length(pw) >= 16])
+    error_message = "role_passwords: expected at least 16 characters each."
   }
 }

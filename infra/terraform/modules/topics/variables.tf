@@ -7,3 +7,15 @@ variable "topics" {
     config             = map(string)
   }))
 }
+
+variable "acls" {
+  description = "One region's entry of topology.acls_by_region: the ALLOW bindings of every role."
+  type = list(object({
+    role      = string
+    resource  = string
+    name      = string
+    pattern   = string
+    operation = string
+  }))
+  default = []
+}

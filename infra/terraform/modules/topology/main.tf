@@ -149,4 +149,45 @@ locals {
       "",
     ],
   ))
+
+  # One Kafka principal per role (wire/acls.py grants(), the same table; tests/integration/
+  # test_terraform.py compares the two): each role writes only the topics section 7 names it the
+  # producer of, reads what it consumes (the local topic and the MM2 copies "<source>.<topic>"),
+  # and may DESCRIBE / DESCRIBE_CONFIGS every topic (the processes verify them at start). Topics
+  # and ACLs themselves are the admin's (here: Terraform over IAM, which Kafka ACLs do not bind).
+  roles = ["sidecar", "maintenance", "edge", "admin"]
+  acl_copies = {
+    for r in local.regions : r => {
+      for t in var.replicated_topics : t => concat([t], [for s in local.regions : "${s}.${t}" if s != r])
+    }
+  }
+  acls_by_region = {
+    for r in local.regions : r => distinct(concat(
+      flatten([for role in ["sidecar", "maintenance", "edge"] : concat(
+        [for t in keys(local.topic_specs) : { role = role, resource = "topic", name = t, pattern = "literal", operation = "DESCRIBE" }],
+        [for t in keys(local.topic_specs) : { role = role, resource = "topic", name = t, pattern = "literal", operation = "DESCRIBE_CONFIGS" }],
+        [{ role = role, resource = "topic", name = "dead-letters", pattern = "literal", operation = "WRITE" }],
+      )]),
+      [for t in ["kv-events", "queue-vectors"] : { role = "sidecar", resource = "topic", name = t, pattern = "literal", operation = "WRITE" }],
+      flatten([for op in ["READ", "DESCRIBE"] : [
+        for t in local.acl_copies[r]["migrations"] : { role = "sidecar", resource = "topic", name = t, pattern = "literal", operation = op }
+      ]]),
+      [{ role = "sidecar", resource = "group", name = "kvcompass-migrate-", pattern = "prefixed", operation = "READ" }],
+      [for t in ["index-ops", "index-patches", "index-snapshots"] : { role = "maintenance", resource = "topic", name = t, pattern = "literal", operation = "WRITE" }],
+      [for t in ["kv-events", "index-ops", "index-patches", "index-snapshots"] : { role = "maintenance", resource = "topic", name = t, pattern = "literal", operation = "READ" }],
+      [{ role = "maintenance", resource = "topic", name = "kvcompass-pipeline-", pattern = "prefixed", operation = "ALL" }],
+      [{ role = "maintenance", resource = "group", name = "kvcompass-pipeline", pattern = "prefixed", operation = "READ" }],
+      [for g in ["kvcompass-recovery", "kvcompass-heal"] : { role = "maintenance", resource = "group", name = g, pattern = "literal", operation = "READ" }],
+      [for t in ["queue-vectors", "migrations", "routing-decisions"] : { role = "edge", resource = "topic", name = t, pattern = "literal", operation = "WRITE" }],
+      flatten([for op in ["READ", "DESCRIBE"] : [
+        for t in concat(local.acl_copies[r]["index-patches"], local.acl_copies[r]["queue-vectors"]) : { role = "edge", resource = "topic", name = t, pattern = "literal", operation = op }
+      ]]),
+      [for g in ["kvcompass-edge-", "kvcompass-watch-", "kvcompass-view-"] : { role = "edge", resource = "group", name = g, pattern = "prefixed", operation = "READ" }],
+      [
+        { role = "admin", resource = "cluster", name = "kafka-cluster", pattern = "literal", operation = "ALL" },
+        { role = "admin", resource = "topic", name = "*", pattern = "literal", operation = "ALL" },
+        { role = "admin", resource = "group", name = "*", pattern = "literal", operation = "ALL" },
+      ],
+    ))
+  }
 }

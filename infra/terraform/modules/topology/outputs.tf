@@ -22,3 +22,13 @@ output "mm2_properties" {
   description = "Dedicated-mode MirrorMaker 2 config for the full mesh (self-managed alternative)."
   value       = local.mm2_properties
 }
+
+output "roles" {
+  description = "The Kafka roles; role r's SCRAM user and principal is kvcompass-<r> (wire/acls.py)."
+  value       = local.roles
+}
+
+output "acls_by_region" {
+  description = "region => the ALLOW bindings of every role ({role, resource, name, pattern, operation}); wire/acls.py grants() is the same table."
+  value       = local.acls_by_region
+}
