@@ -22,6 +22,7 @@ import numpy as np
 from kvcompass.index import ShardPatch, ShardState
 from kvcompass.layout import TableLayout
 from kvcompass.ludo import LudoParams, LudoTable, PatchKind
+from kvcompass.op_runs import Runs
 from kvcompass.rechunk import OpBatch, OpKind
 from kvcompass.shards import shard_of
 
@@ -128,17 +129,28 @@ class MaintenanceUnit:
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(
-        self, history: Iterable[tuple[int, OpBatch]], scan: PatchScan, next_offset: int
+        self, history: Iterable[tuple[int, OpBatch | Runs]], scan: PatchScan, next_offset: int
     ) -> Step:
-        """Rebuild from the shard's op history (offset, batch), then publish a fresh epoch.
+        """Rebuild from the shard's op history (offset, a run or a record's runs), then publish
+        a fresh epoch; what does not pass ``check_runs`` is skipped (it was dead-lettered).
 
         ``next_offset`` is the first offset the agent will hand over next (the history must end
         before it). Returns the full images of the fresh epoch of every table (seq continuing
         past ``scan.last_seq``) and the tombstones of every older piece still live on the topic.
         """
-        for _, batch in history:
-            if self.check(batch) is None:
-                self._apply_runs([batch])
+        pending: list[OpBatch] = []
+        for _, item in history:
+            if isinstance(item, OpBatch):
+                if self.check(item) is None:
+                    pending.append(item)
+                continue
+            if pending:
+                self._apply_columns(Runs.from_batches(self.shard, pending))
+                pending = []
+            if self.check_runs(item) is None:
+                self._apply_columns(item)
+        if pending:
+            self._apply_columns(Runs.from_batches(self.shard, pending))
         self.state.seq = scan.last_seq
         for t, tab in enumerate(self.state.tables):
             floor = max(scan.max_epoch.get(t, -1), tab.epoch - 1) + 1
@@ -160,6 +172,45 @@ class MaintenanceUnit:
         end = self.reflected.get(batch.source.partition)
         return end is not None and batch.source.offset < end
 
+    def unreflected(self, runs: Runs) -> Runs:
+        """``runs`` without those whose source event a rebuild from ``kv-events`` already
+        applied (``already_reflected``, vectorised)."""
+        if not self.reflected or not len(runs):
+            return runs
+        part = np.array([s.partition for s in runs.sources], np.int64)
+        off = np.array([s.offset for s in runs.sources], np.int64)
+        end = np.array([self.reflected.get(p, -1) for p in part.tolist()], np.int64)
+        done = (end >= 0) & (off < end)
+        if not done.any():
+            return runs
+        return runs.take(np.flatnonzero(~done[runs.source]).astype(np.int64))
+
+    def check_runs(self, runs: Runs) -> str | None:
+        """Why a record's ``runs`` cannot be applied by this unit (an INVALID dead letter of
+        the whole record), or None; the vectorised ``check``."""
+        if runs.shard != self.shard:
+            return f"shard: expected {self.shard} (the partition); got {runs.shard}"
+        if not len(runs):
+            return None
+        t = runs.table
+        bad = np.flatnonzero((t < 0) | (t >= self.layout.n_tables))
+        if bad.size:
+            return f"table: expected 0..{self.layout.n_tables - 1}; got {int(t[bad[0]])}"
+        width = self._widths[t]
+        bad = np.flatnonzero((runs.field < 0) | (runs.field >= width))
+        if bad.size:
+            i = int(bad[0])
+            return (f"field: expected 0..{int(width[i]) - 1} for table {int(t[i])}; "
+                    f"got {int(runs.field[i])}")  # fmt: skip
+        if ((runs.op == int(OpKind.SET)) & (runs.tier == 0)).any():
+            return "tier: expected VRAM or DRAM for SET; got NONE"
+        keys = runs.keys
+        if keys.size and (keys >= _KEY_LIMIT).any():
+            return "keys: expected 63-bit keys (< 2**63); got a larger one"
+        if keys.size and (shard_of(keys, self.n_shards) != self.shard).any():
+            return f"keys: expected every key % {self.n_shards} == {self.shard}"
+        return None
+
     def check(self, batch: OpBatch) -> str | None:
         """Why ``batch`` cannot be applied by this unit (an INVALID dead letter), or None."""
         if batch.shard != self.shard:
@@ -180,7 +231,11 @@ class MaintenanceUnit:
 
     def apply(self, batches: list[OpBatch], last_offset: int) -> Step:
         """Apply checked batches in order; ``last_offset`` is the offset of the last record."""
-        patches = self._apply_runs(batches)
+        return self.apply_runs(Runs.from_batches(self.shard, batches), last_offset)
+
+    def apply_runs(self, runs: Runs, last_offset: int) -> Step:
+        """Apply checked runs (``check_runs``) in order; ``last_offset``: the last record's."""
+        patches = self._apply_columns(runs)
         self.next_offset = last_offset + 1
         retired: list[PatchKeyTuple] = []
         for p in patches:
@@ -190,31 +245,31 @@ class MaintenanceUnit:
                 self._epochs[p.table] = p.batch.params
         return Step(patches, retired, last_offset)
 
-    def _apply_runs(self, batches: list[OpBatch]) -> list[ShardPatch]:
+    def _apply_columns(self, runs: Runs) -> list[ShardPatch]:
+        """One core call per stretch of keyed runs between CLEAR_FIELD runs (usually one)."""
+        if not len(runs):
+            return []
+        clear = np.flatnonzero(runs.op == int(OpKind.CLEAR_FIELD)).tolist()
         out: list[ShardPatch] = []
-        run: list[OpBatch] = []
-        for b in batches:
-            if b.op is OpKind.CLEAR_FIELD:
-                out.extend(self._apply_run(run))
-                run = []
-                out.append(self.state.clear_field(b.table, b.field))
-            elif b.keys.size:
-                run.append(b)
-        out.extend(self._apply_run(run))
+        key_end = np.cumsum(runs.count)
+        start = 0
+        for stop in [*clear, len(runs)]:
+            if stop > start:
+                out.extend(self._apply_keyed(runs, start, stop, key_end))
+            if stop < len(runs):
+                out.append(self.state.clear_field(int(runs.table[stop]), int(runs.field[stop])))
+            start = stop + 1
         return out
 
-    def _apply_run(self, run: list[OpBatch]) -> list[ShardPatch]:
-        if not run:
+    def _apply_keyed(self, runs: Runs, a: int, b: int, key_end: np.ndarray) -> list[ShardPatch]:
+        counts = runs.count[a:b]
+        k0 = int(key_end[a] - counts[0])
+        keys = runs.keys[k0 : int(key_end[b - 1])]
+        if keys.size == 0:
             return []
-        if len(run) == 1:
-            b = run[0]
-            p = self.state.apply_field(b.table, b.field, b.code, b.keys)
-            return [p] if p is not None else []
-        sizes = np.array([b.keys.size for b in run], dtype=np.int64)
-        keys = np.concatenate([b.keys for b in run])
-        tables = np.repeat(np.array([b.table for b in run], dtype=np.int64), sizes)
-        fields = np.repeat(np.array([b.field for b in run], dtype=np.int64), sizes)
-        codes = np.repeat(np.array([b.code for b in run], dtype=np.uint8), sizes)
+        tables = np.repeat(runs.table[a:b], counts)
+        fields = np.repeat(runs.field[a:b], counts)
+        codes = np.repeat(runs.code[a:b].astype(np.uint8), counts)
         return self.state.apply(tables, keys, fields, codes)
 
     def holders_value(self, table: int, key: int) -> int:

@@ -32,7 +32,6 @@ from kvcompass.errors import InvalidInputError, UnknownWorkerError
 from kvcompass.keys import KeyNamespace, PrefixHasher
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
-from kvcompass.shards import split_by_shard
 from kvcompass.types import Tier
 
 MAX_KEYS_PER_EVENT = 4096
@@ -67,6 +66,8 @@ class EventRef:
     partition: int
     offset: int
     timestamp_ms: int
+    produced_ms: int = -1
+    """Kafka timestamp of the event's ``kv-events`` record (its producer's clock; -1 unknown)."""
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -106,6 +107,19 @@ class OpBatch:
     def code(self) -> int:
         """The 2-bit value written (0 for REMOVE and CLEAR_FIELD)."""
         return int(self.tier) if self.op is OpKind.SET else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One valid event's change before the split by shard: ``keys`` None for CLEARED (a
+    CLEAR_FIELD of the worker's field in every shard), else the keys (maybe none) it sets or
+    clears."""
+
+    table: int
+    field: int
+    op: OpKind
+    tier: Tier
+    keys: NDArray[np.uint64] | None
 
 
 def by_shard(batches: Sequence[OpBatch]) -> dict[int, list[OpBatch]]:
@@ -198,6 +212,14 @@ class Rechunker:
 
     def rechunk(self, event: Mapping[str, Any], source: EventRef) -> list[OpBatch]:
         """Op batches of one event, one per shard touched, shards ascending."""
+        from kvcompass.op_runs import split_take  # op_runs builds on this module
+
+        return [b for runs in split_take([self.plan(event)], [source], self.n_shards)
+                for b in runs.batches()]  # fmt: skip
+
+    def plan(self, event: Mapping[str, Any]) -> Planned:
+        """What one event does, before the split by shard (``kvcompass.op_runs.split_take``);
+        ``InvalidEvent`` (with its dead-letter code) if it cannot be applied."""
         check_lengths(event)
         worker = int(event["worker_id"])
         try:
@@ -212,11 +234,7 @@ class Rechunker:
             )
         kind, tier = str(event["op"]), Tier[str(event["tier"])]
         if kind == "CLEARED":
-            empty = np.zeros(0, dtype=np.uint64)
-            return [
-                OpBatch(s, table, field_, OpKind.CLEAR_FIELD, Tier.NONE, empty, source)
-                for s in range(self.n_shards)
-            ]
+            return Planned(table, field_, OpKind.CLEAR_FIELD, Tier.NONE, None)
         if kind in ("STORED", "TIER_MOVED"):
             if tier is Tier.NONE:
                 raise InvalidEvent(f"tier: expected VRAM or DRAM for {kind}; got NONE")
@@ -225,13 +243,4 @@ class Rechunker:
             op, tier = OpKind.REMOVE, Tier.NONE
         else:
             raise InvalidEvent(f"op: expected a KvOp symbol; got {kind!r}")
-        keys = self.keys_of(event)
-        if keys.size == 0:
-            return []
-        order, bounds = split_by_shard(keys, self.n_shards)
-        b = bounds.tolist()
-        return [
-            OpBatch(s, table, field_, op, tier, keys[order[b[s] : b[s + 1]]], source)
-            for s in range(self.n_shards)
-            if b[s + 1] > b[s]
-        ]
+        return Planned(table, field_, op, tier, self.keys_of(event))

@@ -34,7 +34,8 @@ from wire.stopping import StopDeadline
 
 def _raw(event: Any) -> Raw:
     m = event.message
-    return Raw(m.topic, m.partition, m.offset, m.key, m.value)
+    ts = m.timestamp  # seconds (float) in Faust's Message; None when the broker gave none
+    return Raw(m.topic, m.partition, m.offset, m.key, m.value, -1 if ts is None else int(ts * 1000))
 
 
 class RebalanceSupervisor(OneForOneSupervisor):

@@ -12,7 +12,8 @@ gone: self-healing), ``last_rebuild_seconds`` (gauge),
 ``checkpoints_total`` (checkpoints written), ``last_recovery_seconds`` (gauge),
 ``hold_failures_total{step}`` (failed attempts of a held take), ``held{step}`` (1 while a step
 is held), ``dead_letters_total{reason}``, ``cache_unknown{worker}`` (1 while the worker's
-events say its cache is unknown), ``cache_unknown_reports_total``.
+events say its cache is unknown), ``cache_unknown_reports_total``, ``hop_ms{hop}`` (histogram,
+ms: where an event's time goes, ``pipeline.shell.HOPS``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -76,9 +82,20 @@ class ShellCollector(Collector):
         yield GaugeMetricFamily(PREFIX + "last_rebuild_seconds",
                                 "wall time of the latest shard rebuild from kv-events",
                                 value=float(s.last_rebuild_s))  # fmt: skip
+        hops = HistogramMetricFamily(
+            PREFIX + "hop_ms", "where an event's time goes, per hop, ms", labels=["hop"]
+        )
+        for hop, h in s.hops.items():
+            buckets = [(_le(b), float(c)) for b, c in h.cumulative()]
+            hops.add_metric([hop], buckets, h.sum_ms)
+        yield hops
         yield GaugeMetricFamily(PREFIX + "last_recovery_seconds",
                                 "wall time of the latest shard recovery (checkpoint + tail)",
                                 value=float(s.last_recovery_s))  # fmt: skip
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
 
 
 def serve_metrics(shell: PipelineShell, port: int, host: str = "127.0.0.1") -> int:

@@ -23,6 +23,8 @@ class Raw:
     offset: int
     key: bytes | None
     value: bytes | None
+    timestamp_ms: int = -1
+    """The record's Kafka timestamp (its producer's CreateTime), ms; -1 when unknown."""
 
 
 def read_partition(

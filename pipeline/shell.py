@@ -39,10 +39,12 @@ from confluent_kafka import (
 from kvcompass.deployment import Deployment
 from kvcompass.errors import InvalidInputError
 from kvcompass.event_order import EventOrder, Verdict
+from kvcompass.lag import LagHistogram
 from kvcompass.layout import TableLayout
 from kvcompass.levels import Levels
 from kvcompass.maintenance import MaintenanceUnit, Offsets, PatchScan, Step, replay_covers
-from kvcompass.rechunk import EventRef, InvalidEvent, OpBatch, OpKind, Rechunker, by_shard
+from kvcompass.op_runs import Runs, concat, split_take
+from kvcompass.rechunk import EventRef, InvalidEvent, OpBatch, OpKind, Planned, Rechunker
 from kvcompass.types import Tier
 from pipeline import heal
 from pipeline.checkpoint import Checkpointer, Snapshot, restore
@@ -52,7 +54,7 @@ from pipeline.reads import Raw, read_partition
 from wire.codec import AvroCodec, DecodeError, int32_key, worker_key_mismatch
 from wire.config import PipelineConfig
 from wire.dead_letter import DeadLetters, reason_code_of
-from wire.index_ops import decode_op_batch, encode_op_batch, split_runs
+from wire.index_ops import decode_runs, encode_runs, split_runs_of
 from wire.kafka_clients import librdkafka_conf
 from wire.patches import PatchSink, decode_key, decode_value, encode_patch
 from wire.registry import registry_from_url
@@ -83,6 +85,16 @@ class WorkerSettings:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+HOPS = ("kv_events", "rechunk", "index_ops", "maintain", "event_to_patch")
+"""The worker's hops, each a ``LagHistogram`` in ms (``kvc_pipeline_hop_ms{hop}``):
+``kv_events``: a kv-events record's Kafka timestamp (the sidecar produced it) -> its take
+reached the rechunk agent (sidecar linger, broker, Faust's fetch and take wait);
+``rechunk``: decode, rechunk, produce and delivery of a take, per event;
+``index_ops``: an index-ops record's timestamp -> its take reached the maintenance actor;
+``maintain``: decode, apply, patch encode, produce and delivery of a take, per record;
+``event_to_patch``: a source event's produce -> its patches delivered to index-patches."""
 
 
 class PipelineShell:
@@ -146,6 +158,8 @@ class PipelineShell:
         self.redelivered = 0
         """kv-events records skipped as re-deliveries of events already rechunked."""
         self.undecodable_patches = 0
+        self.hops = {h: LagHistogram() for h in HOPS}
+        self._take_produced: list[int] = []
         self._warm_up()
 
     # -- stopping (issue 26 item 4) ---------------------------------------------------------
@@ -214,8 +228,13 @@ class PipelineShell:
 
     async def rechunk(self, batch: Sequence[Raw]) -> int:
         """Rechunk consumed events into one op record per shard; return the records produced."""
+        t0 = time.time() * 1000.0
+        produced = [r.timestamp_ms for r in batch if r.timestamp_ms >= 0]
+        if produced:
+            self.hops["kv_events"].observe(t0 - np.asarray(produced, np.float64))
         start = self.delivery.mark()
-        ops: list[OpBatch] = []
+        planned: list[Planned] = []
+        sources: list[EventRef] = []
         order = self.order.copy()  # committed only once this take's output is delivered
         redelivered = 0
         for raw in batch:
@@ -226,7 +245,8 @@ class PipelineShell:
                 if name != "KvEvent":
                     raise InvalidEvent(f"expected a KvEvent record; got {name}", "INVALID")
                 src = EventRef(int(ev["worker_id"]), int(ev["engine_seq"]), raw.topic,
-                               raw.partition, raw.offset, int(ev["timestamp_ms"]))  # fmt: skip
+                               raw.partition, raw.offset, int(ev["timestamp_ms"]),
+                               raw.timestamp_ms)  # fmt: skip
                 mismatch = worker_key_mismatch(raw.key, src.worker_id)
                 if mismatch is not None:
                     raise InvalidEvent(mismatch)
@@ -236,21 +256,23 @@ class PipelineShell:
                     continue
                 if verdict is Verdict.LATE:
                     raise InvalidEvent(order.why_late(src.worker_id, src.engine_seq))
-                ops.extend(self.rechunker.rechunk(ev, src))
+                planned.append(self.rechunker.plan(ev))
+                sources.append(src)
                 order.accept(src.worker_id, src.engine_seq, raw.partition, raw.offset)
                 self._cache_state(src.worker_id, ev.get("cache_state", "KNOWN"))
             except (InvalidInputError, KeyError, ValueError) as exc:
                 self._dead(raw, exc)
-        groups = by_shard(ops)
         records = 0
-        for shard, runs in sorted(groups.items()):
-            for part in split_runs(runs):  # bounded records: the broker never refuses one
-                value = self.codec.encode("IndexOpBatch", encode_op_batch(shard, part))
-                self.producer.produce(self.topics.index_ops, value, int32_key(shard), shard)
+        for runs in split_take(planned, sources, self.rechunker.n_shards):
+            for part in split_runs_of(runs):  # bounded records: the broker never refuses one
+                value = self.codec.encode("IndexOpBatch", encode_runs(part))
+                self.producer.produce(self.topics.index_ops, value, int32_key(part.shard),
+                                      part.shard)  # fmt: skip
                 records += 1
         await self.delivery.delivered_up_to(self.delivery.mark(), since=start)
         self.order = order
         self.redelivered += redelivered
+        self.hops["rechunk"].observe([time.time() * 1000.0 - t0], weight=len(batch))
         return records
 
     def _cache_state(self, worker: int, state: str) -> None:
@@ -268,11 +290,11 @@ class PipelineShell:
             self.cache_unknown.discard(worker)
             log.info("worker %d: cache known again (its sidecar re-learned it)", worker)
 
-    def _decode_ops(self, value: bytes | None) -> list[OpBatch]:
+    def _decode_ops(self, value: bytes | None) -> Runs:
         name, rec = self.codec.decode(value or b"")
         if name != "IndexOpBatch":
             raise InvalidEvent(f"expected an IndexOpBatch record; got {name}")
-        return decode_op_batch(rec)
+        return decode_runs(rec)
 
     # -- maintenance: index-ops -> index-patches --------------------------------------------
     def _recover(self, partition: int, first_offset: int) -> MaintenanceUnit:
@@ -287,7 +309,7 @@ class PipelineShell:
         scan = self.scan_patches(read_partition(s.config, self.topics.index_patches, partition))
         unit = MaintenanceUnit(self.layout, partition, s.config.n_shards, fp_bits=s.fp_bits,
                                initial_capacity=s.initial_capacity, seed=s.seed)  # fmt: skip
-        history: list[tuple[int, OpBatch]] = []
+        history: list[tuple[int, OpBatch | Runs]] = []
         gone = self._tail_gone(partition, covered)
         if gone is None:
             ops = read_partition(s.config, self.topics.index_ops, partition, first_offset,
@@ -296,7 +318,7 @@ class PipelineShell:
                 gone = f"the replay starts at offset {ops[0].offset}, above {covered}"
             for r in ops if gone is None else ():
                 try:
-                    history.extend((r.offset, b) for b in self._decode_ops(r.value))
+                    history.append((r.offset, self._decode_ops(r.value)))
                 except (InvalidInputError, KeyError, ValueError):
                     continue  # dead-lettered when it was first met
         if gone is not None:
@@ -401,6 +423,10 @@ class PipelineShell:
         """Apply one take of one partition; return the key-ops applied."""
         if not batch:
             return 0
+        t0 = time.time() * 1000.0
+        made = [r.timestamp_ms for r in batch if r.timestamp_ms >= 0]
+        if made:
+            self.hops["index_ops"].observe(t0 - np.asarray(made, np.float64))
         start = self.delivery.mark()
         p = batch[0].partition
         unit = self.units.get(p)
@@ -412,30 +438,37 @@ class PipelineShell:
         if self.checkpoints.due(p, _now_ms()):
             await self.checkpoints.write(unit, _now_ms())
         await self.delivery.delivered_up_to(self.delivery.mark(), since=start)
+        t1 = time.time() * 1000.0
+        self.hops["maintain"].observe([t1 - t0], weight=len(batch))
+        if self._take_produced:
+            self.hops["event_to_patch"].observe(t1 - np.asarray(self._take_produced, np.float64))
         return n
 
     def apply(self, unit: MaintenanceUnit, batch: Sequence[Raw]) -> int:
         """Decode, check, apply and produce one batch for an up-to-date unit (no waiting)."""
-        good: list[OpBatch] = []
+        good: list[Runs] = []
         last = unit.next_offset - 1
         for raw in batch:
             if unit.position(raw.offset) is Offsets.SEEN:
                 continue
             last = raw.offset
             try:
-                runs = [b for b in self._decode_ops(raw.value) if not unit.already_reflected(b)]
-                for ob in runs:
-                    reason = unit.check(ob)
-                    if reason is not None:
-                        raise InvalidEvent(reason)
+                runs = unit.unreflected(self._decode_ops(raw.value))
+                reason = unit.check_runs(runs)
+                if reason is not None:
+                    raise InvalidEvent(reason)
             except (InvalidInputError, KeyError, ValueError) as exc:
                 self._dead(raw, exc)  # the whole record: its runs were checked by rechunk
                 continue
-            good.extend(runs)
+            good.append(runs)
         if last < unit.next_offset:
             return 0
-        step = unit.apply(good, last)
-        self.sink.send(step.patches, step.retired, step.source_offset, _now_ms())
-        n = int(sum(np.int64(b.keys.size) for b in good))
+        take = concat(unit.shard, good)
+        step = unit.apply_runs(take, last)
+        produced = [r.produced_ms for r in take.sources if r.produced_ms >= 0]
+        self._take_produced = produced
+        self.sink.send(step.patches, step.retired, step.source_offset, _now_ms(),
+                       min(produced, default=-1))  # fmt: skip
+        n = int(take.keys.size)
         self.key_ops += n
         return n

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from kvcompass.rechunk import EventRef, InvalidEvent, OpBatch, OpKind
-from kvcompass.types import Tier
+from kvcompass.op_runs import Runs
+from kvcompass.rechunk import EventRef, InvalidEvent, OpBatch
 
 RUN_DTYPE = np.dtype(
     [("table", "<u4"), ("field", "<u2"), ("op", "u1"), ("tier", "u1"), ("count", "<u4"),
@@ -23,25 +23,35 @@ RUN_DTYPE = np.dtype(
 )  # fmt: skip
 """One run of an ``IndexOpBatch`` record (16 bytes; layout in the schema's ``runs`` doc)."""
 
+SOURCE_DTYPE = np.dtype(
+    [("worker_id", "<i4"), ("partition", "<i4"), ("engine_seq", "<i8"), ("offset", "<i8"),
+     ("timestamp_ms", "<i8"), ("produced_ms", "<i8")]
+)  # fmt: skip
+"""One source event of an ``IndexOpBatch`` v2 record (40 bytes; the schema's ``sources`` doc)."""
+
+
+def encode_runs(runs: Runs) -> dict[str, Any]:
+    """The ``IndexOpBatch`` record of one shard's runs, in order (the rechunk hot path)."""
+    packed = np.empty(len(runs), dtype=RUN_DTYPE)
+    for name in RUN_DTYPE.names or ():
+        packed[name] = getattr(runs, name)
+    src = np.array([(r.worker_id, r.partition, r.engine_seq, r.offset, r.timestamp_ms,
+                     r.produced_ms) for r in runs.sources], dtype=SOURCE_DTYPE)  # fmt: skip
+    topics = {r.topic for r in runs.sources}
+    if len(topics) > 1:
+        raise InvalidEvent(f"sources: expected one source topic per record; got {sorted(topics)}")
+    return {
+        "shard": runs.shard,
+        "runs": packed.tobytes(),
+        "keys": runs.keys.astype("<u8", copy=False).tobytes(),
+        "source_topic": topics.pop() if topics else "",
+        "sources": src.tobytes(),
+    }
+
 
 def encode_op_batch(shard: int, batches: Sequence[OpBatch]) -> dict[str, Any]:
     """The ``IndexOpBatch`` record of runs (all of ``shard``), in order."""
-    runs = np.zeros(len(batches), dtype=RUN_DTYPE)
-    sources: list[EventRef] = []
-    index: dict[EventRef, int] = {}
-    for i, b in enumerate(batches):
-        src = index.get(b.source)
-        if src is None:
-            src = index[b.source] = len(sources)
-            sources.append(b.source)
-        runs[i] = (b.table, b.field, int(b.op), int(b.tier), b.keys.size, src)
-    keys = np.concatenate([b.keys for b in batches]) if batches else np.zeros(0, np.uint64)
-    return {
-        "shard": shard,
-        "runs": runs.tobytes(),
-        "keys": keys.astype("<u8").tobytes(),
-        "sources": [r.to_record() for r in sources],
-    }
+    return encode_runs(Runs.from_batches(shard, batches))
 
 
 MAX_OP_RECORD_BYTES = 512 * 1024
@@ -60,47 +70,71 @@ def split_runs(
     Order is kept, so applying the groups' records one after the other is applying the runs. A
     run is never cut (one event's keys: at most ``MAX_KEYS_PER_EVENT`` × 8 bytes).
     """
+    if not batches:
+        return []
+    runs = Runs.from_batches(batches[0].shard, batches)
     out: list[list[OpBatch]] = []
-    group: list[OpBatch] = []
-    size = 0
-    for b in batches:
-        cost = RUN_DTYPE.itemsize + 8 * int(b.keys.size) + _SOURCE_BYTES + len(b.source.topic)
-        if group and size + cost > max_bytes:
-            out.append(group)
-            group, size = [], 0
-        group.append(b)
-        size += cost
-    if group:
-        out.append(group)
+    i = 0
+    for part in split_runs_of(runs, max_bytes):
+        out.append(list(batches[i : i + len(part)]))
+        i += len(part)
     return out
 
 
-def decode_op_batch(r: Mapping[str, Any]) -> list[OpBatch]:
-    """Runs of an ``IndexOpBatch`` record; ``InvalidEvent`` when its parts disagree."""
+def split_runs_of(runs: Runs, max_bytes: int = MAX_OP_RECORD_BYTES) -> list[Runs]:
+    """``runs`` cut into consecutive parts whose record stays within ``max_bytes`` (a run is
+    never cut; every source is counted in each run that names it, an upper bound)."""
+    topic = max((len(r.topic) for r in runs.sources), default=0)
+    cost = RUN_DTYPE.itemsize + 8 * runs.count + _SOURCE_BYTES + topic
+    total = np.cumsum(cost)
+    if not total.size or int(total[-1]) <= max_bytes:
+        return [runs]
+    out: list[Runs] = []
+    start, base = 0, 0
+    n = len(runs)
+    while start < n:
+        end = int(np.searchsorted(total, base + max_bytes, side="right"))
+        end = max(end, start + 1)
+        out.append(runs.take(np.arange(start, end, dtype=np.int64)))
+        base = int(total[end - 1])
+        start = end
+    return out
+
+
+def decode_runs(r: Mapping[str, Any]) -> Runs:
+    """Runs of an ``IndexOpBatch`` record as columns; ``InvalidEvent`` when its parts disagree."""
     raw_runs, raw_keys = r["runs"], r["keys"]
     if len(raw_runs) % RUN_DTYPE.itemsize or len(raw_keys) % 8:
         raise InvalidEvent(
             f"runs/keys: expected multiples of {RUN_DTYPE.itemsize}/8 bytes; "
             f"got {len(raw_runs)}/{len(raw_keys)}"
         )
-    runs = np.frombuffer(raw_runs, dtype=RUN_DTYPE)
+    packed = np.frombuffer(raw_runs, dtype=RUN_DTYPE)
     keys = np.frombuffer(raw_keys, dtype="<u8").astype(np.uint64)
-    sources = [EventRef.from_record(x) for x in r["sources"]]
-    counts = runs["count"].astype(np.int64)
+    raw_src = r["sources"]
+    if isinstance(raw_src, bytes):  # v2: packed
+        if len(raw_src) % SOURCE_DTYPE.itemsize:
+            raise InvalidEvent(f"sources: expected a multiple of {SOURCE_DTYPE.itemsize} bytes")
+        topic = str(r["source_topic"])
+        sources = [EventRef(w, es, topic, p, o, t, pr) for w, p, es, o, t, pr in
+                   np.frombuffer(raw_src, dtype=SOURCE_DTYPE).tolist()]  # fmt: skip
+    else:  # v1: one EventRef record each
+        sources = [EventRef.from_record(x) for x in raw_src]
+    counts = packed["count"].astype(np.int64)
     if int(counts.sum()) != keys.size:
         raise InvalidEvent(f"runs: counts sum to {int(counts.sum())}; keys hold {keys.size}")
-    if runs.size and (
-        int(runs["op"].max()) > 2 or int(runs["tier"].max()) > 2
-        or int(runs["source"].max()) >= len(sources)
+    if packed.size and (
+        int(packed["op"].max()) > 2 or int(packed["tier"].max()) > 2
+        or int(packed["source"].max()) >= len(sources)
     ):  # fmt: skip
         raise InvalidEvent("runs: expected op 0..2, tier 0..2 and a source index in range")
-    shard = int(r["shard"])
-    ends = np.cumsum(counts).tolist()
-    out: list[OpBatch] = []
-    start = 0
-    for run, end in zip(runs.tolist(), ends, strict=True):
-        table, field_, op, tier, _, src = run
-        out.append(OpBatch(shard, table, field_, OpKind(op), Tier(tier), keys[start:end],
-                           sources[src]))  # fmt: skip
-        start = end
-    return out
+    col = {
+        name: packed[name].astype(np.int64) for name in ("table", "field", "op", "tier", "source")
+    }
+    return Runs(int(r["shard"]), col["table"], col["field"], col["op"], col["tier"], counts,
+                col["source"], keys, sources)  # fmt: skip
+
+
+def decode_op_batch(r: Mapping[str, Any]) -> list[OpBatch]:
+    """Runs of an ``IndexOpBatch`` record; ``InvalidEvent`` when its parts disagree."""
+    return decode_runs(r).batches()

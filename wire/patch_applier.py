@@ -15,11 +15,13 @@ Must not: write to Kafka, or hold index logic (``kvcompass.index_view`` does).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvcompass.index_view import IndexView, Offer
+from kvcompass.lag import LagHistogram
 from kvcompass.ludo import LudoView, PatchKind
 from kvcompass.patch_stream import PatchRecord, Reassembler
 from wire.codec import AvroCodec, DecodeError
@@ -54,6 +56,12 @@ class PatchApplier:
         self.next_offset: dict[int, int] = {}
         self._buffer: dict[int, list[tuple[int, PatchRecord]]] = {}
         self._bad_records = 0
+        self._times: dict[int, tuple[int, int]] = {}
+        self.event_to_view = LagHistogram()
+        """ms from a source event's produce (the sidecar's clock) to its batch applied here."""
+        self.patch_to_view = LagHistogram()
+        """ms from a batch's produce by its maintenance unit to its apply here (the fetch hop)."""
+        self.clock_ms: Callable[[], float] = lambda: time.time() * 1000.0
         self.on_apply: Callable[[int], None] | None = None
         """Called with the shard after every applied batch (latency probes)."""
 
@@ -73,17 +81,20 @@ class PatchApplier:
         self.next_offset.update(resume)
         return resume
 
-    def _decode(self, value: bytes) -> PatchRecord:
+    def _decode(self, value: bytes) -> tuple[PatchRecord, int, int]:
+        """(record, its maintenance unit's produce time, its oldest source event's)."""
         try:
-            return decode_value(self.schema_id, value).record
+            d = decode_value(self.schema_id, value)
+            return d.record, d.timestamp_ms, d.source_produced_ms
         except DecodeError:
             name, r = self.codec.decode(value)  # another IndexPatch version, or garbage
             if name != "IndexPatch":
                 raise DecodeError(f"expected an IndexPatch record; got {name}") from None
             kind = PatchKind[r["kind"]]
-            return PatchRecord(
+            rec = PatchRecord(
                 r["table"], r["shard"], r["epoch"], kind, r["index"], r["seq"], r["image"]
             )
+            return rec, int(r["timestamp_ms"]), int(r.get("source_produced_ms", -1))
 
     def feed(self, partition: int, offset: int, value: bytes | None) -> None:
         """One record of ``partition`` in offset order (``value`` None: a tombstone)."""
@@ -93,7 +104,7 @@ class PatchApplier:
             self.stats.tombstones += 1
             return
         try:
-            rec = self._decode(value)
+            rec, made_ms, produced_ms = self._decode(value)
         except DecodeError:
             self._bad_records += 1
             self.stats.undecodable = self._bad_records + self.reassembler.undecodable
@@ -104,6 +115,8 @@ class PatchApplier:
             if (first.table, first.epoch, first.seq) != (rec.table, rec.epoch, rec.seq):
                 self._apply(partition)
                 buf = self._buffer.setdefault(partition, [])
+        if not buf:
+            self._times[partition] = (made_ms, produced_ms)
         buf.append((offset, rec))
         if rec.kind == PatchKind.COMMIT:
             self._apply(partition)
@@ -116,6 +129,7 @@ class PatchApplier:
 
     def _apply(self, partition: int) -> None:
         recs = self._buffer.pop(partition, [])
+        made_ms, produced_ms = self._times.pop(partition, (-1, -1))
         out = []
         for _, r in recs:
             out.extend(self.reassembler.feed(r))
@@ -124,6 +138,11 @@ class PatchApplier:
         for sp in out:
             decision = self.view.apply(sp)
             if decision is Offer.APPLY:
+                now = self.clock_ms()
+                if produced_ms >= 0:
+                    self.event_to_view.observe([now - produced_ms])
+                if made_ms >= 0:
+                    self.patch_to_view.observe([now - made_ms])
                 self.stats.applied += 1
                 self.stats.groups[sp.shard] = self.stats.groups.get(sp.shard, 0) + 1
                 if self.on_apply is not None:

@@ -57,13 +57,18 @@ def _zzf(n: int) -> bytes:
 
 
 def encode_records(
-    schema_id: int, records: Iterable[PatchRecord], source_offset: int, timestamp_ms: int
+    schema_id: int,
+    records: Iterable[PatchRecord],
+    source_offset: int,
+    timestamp_ms: int,
+    produced_ms: int = -1,
 ) -> list[tuple[bytes, bytes]]:
-    """``(key, value)`` wire bytes of image records (all of one shard, any tables)."""
+    """``(key, value)`` wire bytes of image records (all of one shard, any tables), written as
+    ``IndexPatch`` v2 (``source_produced_ms`` = ``produced_ms``) unless ``schema_id`` is v1's."""
     head = value_header(schema_id)
     tail_cache: dict[int, bytes] = {}
     prefix_cache: dict[tuple[int, int, int], bytes] = {}
-    tail_rest = _zz(source_offset) + _zz(timestamp_ms)
+    tail_rest = _tail(schema_id, source_offset, timestamp_ms, produced_ms)
     pack = _PATCH_KEY.pack
     out: list[tuple[bytes, bytes]] = []
     for r in records:
@@ -80,6 +85,15 @@ def encode_records(
         value = b"".join((prefix, _SMALL[kind], _zzf(r.index), _SMALL[len(r.image)], r.image, tail))
         out.append((pack(1, r.table, r.shard, r.epoch, kind, r.index), value))
     return out
+
+
+V1_SCHEMA_ID = 3
+"""``IndexPatch`` v1 (no ``source_produced_ms``): still read, written only when asked for."""
+
+
+def _tail(schema_id: int, source_offset: int, timestamp_ms: int, produced_ms: int) -> bytes:
+    tail = _zz(source_offset) + _zz(timestamp_ms)
+    return tail if schema_id == V1_SCHEMA_ID else tail + _zz(produced_ms)
 
 
 def _varints(values: NDArray[np.int64]) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
@@ -145,21 +159,25 @@ def _bucket_matrix(b: PatchBatch) -> NDArray[np.uint8]:
 
 
 def encode_patch(
-    schema_id: int, patch: ShardPatch, source_offset: int, timestamp_ms: int
+    schema_id: int,
+    patch: ShardPatch,
+    source_offset: int,
+    timestamp_ms: int,
+    produced_ms: int = -1,
 ) -> tuple[list[bytes], list[bytes]]:
     """Keys and values of every image of ``patch`` in apply order; equal to ``encode_records``
     over ``explode(patch)``, but vectorised (the maintenance hot path)."""
     b = patch.batch
     t, s, e, q = patch.table, patch.shard, b.params.epoch, patch.seq
     head = value_header(schema_id) + _zz(t) + _zz(s) + _zz(e)
-    tail = _zz(q) + _zz(source_offset) + _zz(timestamp_ms)
+    tail = _zz(q) + _tail(schema_id, source_offset, timestamp_ms, produced_ms)
     keys: list[bytes] = []
     values: list[bytes] = []
     single = []
     if b.header:
         image = b.params.to_array().astype("<u8").tobytes()
         single.append(PatchRecord(t, s, e, PatchKind.HEADER, 0, q, image))
-    for k, v in encode_records(schema_id, single, source_offset, timestamp_ms):
+    for k, v in encode_records(schema_id, single, source_offset, timestamp_ms, produced_ms):
         keys.append(k)
         values.append(v)
     kinds = (
@@ -173,7 +191,7 @@ def encode_patch(
             values.extend(_rows(head + _SMALL[int(kind)], ids, images, tail))
     if b.commit:
         rec = PatchRecord(t, s, e, PatchKind.COMMIT, 0, q, b"")
-        for k, v in encode_records(schema_id, [rec], source_offset, timestamp_ms):
+        for k, v in encode_records(schema_id, [rec], source_offset, timestamp_ms, produced_ms):
             keys.append(k)
             values.append(v)
     return keys, values
@@ -186,6 +204,7 @@ class DecodedPatch:
     record: PatchRecord
     source_offset: int
     timestamp_ms: int
+    source_produced_ms: int = -1
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -209,7 +228,7 @@ def decode_value(schema_id: int, data: bytes) -> DecodedPatch:
     if len(data) < HEADER_BYTES or data[0] != MAGIC:
         raise DecodeError("IndexPatch: expected magic 0x00 and a 4-byte schema id")
     got = int.from_bytes(data[1:5], "big")
-    if got != schema_id:
+    if got != schema_id and got != V1_SCHEMA_ID:
         raise DecodeError(f"IndexPatch: expected schema id {schema_id}; got {got}")
     pos = HEADER_BYTES
     table, pos = _varint(data, pos)
@@ -225,10 +244,13 @@ def decode_value(schema_id: int, data: bytes) -> DecodedPatch:
     seq, pos = _varint(data, pos)
     source_offset, pos = _varint(data, pos)
     ts, pos = _varint(data, pos)
+    produced = -1
+    if got != V1_SCHEMA_ID:
+        produced, pos = _varint(data, pos)
     if pos != len(data):
         raise DecodeError(f"IndexPatch: {len(data) - pos} trailing bytes")
     rec = PatchRecord(table, shard, epoch, PatchKind(kind), index, seq, bytes(image))
-    return DecodedPatch(rec, source_offset, ts)
+    return DecodedPatch(rec, source_offset, ts, produced)
 
 
 def decode_key(data: bytes) -> PatchKeyTuple:
@@ -257,12 +279,14 @@ class PatchSink:
         retired: Iterable[PatchKeyTuple],
         source_offset: int,
         timestamp_ms: int,
+        produced_ms: int = -1,
     ) -> None:
-        """Images of ``patches`` in order, then a tombstone per retired key."""
+        """Images of ``patches`` in order, then a tombstone per retired key; ``produced_ms``:
+        the oldest source event's Kafka timestamp (-1: not from events)."""
         produce = self.producer.produce
         topic = self.topic
         for p in patches:
-            keys, values = encode_patch(self.schema_id, p, source_offset, timestamp_ms)
+            keys, values = encode_patch(self.schema_id, p, source_offset, timestamp_ms, produced_ms)
             shard = p.shard
             for key, value in zip(keys, values, strict=True):
                 try:

@@ -76,7 +76,8 @@ def test_avro_patches_round_trip_through_kafka__partition_by_shard(
     codec = AvroCodec(InProcessRegistry(), validate=True)
     sent = [
         {"table": 1, "shard": shard, "epoch": 0, "kind": "BUCKET", "index": i,
-         "image": bytes([i]) * 16, "seq": i, "source_offset": i, "timestamp_ms": 1_000 + i}
+         "image": bytes([i]) * 16, "seq": i, "source_offset": i, "timestamp_ms": 1_000 + i,
+         "source_produced_ms": 900 + i}
         for shard in range(3)
         for i in range(5)
     ]  # fmt: skip

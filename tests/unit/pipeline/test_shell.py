@@ -13,6 +13,7 @@ from pipeline.shell import PipelineShell, Raw, WorkerSettings
 from tests.kv_event_fixtures import event
 from wire.codec import AvroCodec, int32_key
 from wire.config import PipelineConfig
+from wire.index_ops import decode_runs
 from wire.patches import decode_value
 from wire.registry import InProcessRegistry
 
@@ -164,8 +165,8 @@ def test_rechunk_dead_letters_a_wrong_key_and_a_late_event__skips_a_redelivery()
     assert [d["original_offset"] for d in letters] == [0, 2]
     assert letters[0]["reason"].startswith("key: expected worker_id 4 as 4-byte big-endian")
     assert letters[1]["reason"].startswith("engine_seq: expected > 11 (worker 4's last applied")
-    sources = {CODEC.decode(v)[1]["sources"][0]["offset"] for topic, v, _, _ in fake.sent  # type: ignore[arg-type]
-               if topic == t.index_ops}  # fmt: skip
+    sources = {r.offset for topic, v, _, _ in fake.sent if topic == t.index_ops
+               for r in decode_runs(CODEC.decode(v)[1]).sources}  # type: ignore[arg-type]  # fmt: skip
     assert sources == {1}
     fake.sent.clear()
     asyncio.run(shell.rechunk([_raw(t.kv_events, 1, v2, partition=1)]))  # re-delivered

@@ -49,13 +49,12 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "IndexOpBatch": {
         "shard": 1, "runs": bytes(range(16)),
         "keys": (2**63 - 1).to_bytes(8, "little") + (5).to_bytes(8, "little"),
-        "sources": [{"worker_id": 7, "engine_seq": 42, "topic": "kv-events", "partition": 2,
-                     "offset": 1234, "timestamp_ms": 1_796_000_000_000}],
+        "source_topic": "kv-events", "sources": bytes(range(40)),
     },
     "IndexPatch": {
         "table": 3, "shard": 1, "epoch": 2, "kind": "BUCKET", "index": 99_999,
         "image": bytes(range(64)), "seq": 77, "source_offset": 1234,
-        "timestamp_ms": 1_796_000_000_001,
+        "timestamp_ms": 1_796_000_000_001, "source_produced_ms": 1_796_000_000_000,
     },
     "QueueVector": {
         "region_id": 2, "worker_ids": [0, 1, 2], "queue_ms": [0.0, 12.5, 250.25], "seq": 9,
@@ -276,7 +275,7 @@ def test_plain_keys_are_big_endian__int32_int64() -> None:
 
 def _file_of(name: str) -> str:
     return {
-        "IndexPatch": "index_patch.avsc",
+        "IndexPatch": "index_patch.v2.avsc",
         "KvEvent": "kv_event.v2.avsc",
         "RoutingDecision": "routing_decision.avsc",
     }[name]

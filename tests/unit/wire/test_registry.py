@@ -29,12 +29,12 @@ from wire.registry import (
 EXPECTED_IDS = {
     "KvEvent": 11,  # id 1 still reads
     "IndexOp": 2,
-    "IndexPatch": 3,
+    "IndexPatch": 16,  # id 3 still reads
     "QueueVector": 14,  # ids 4 and 10 still read
     "MigrationRequest": 5,
     "RoutingDecision": 6,
     "DeadLetter": 9,  # id 7 (unbounded raw) still reads
-    "IndexOpBatch": 8,
+    "IndexOpBatch": 15,  # id 8 still reads
     "ShardSnapshotChunk": 12,
     "ShardSnapshotManifest": 13,
 }
