@@ -64,6 +64,19 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def _edge_table(path: str | None) -> dict[str, Any]:
+    """The ``[edge]`` table of the config file ({} if none or unreadable: ``load`` reports it)."""
+    import tomllib
+
+    if path is None:
+        return {}
+    try:
+        table = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("edge", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
 def options(args: argparse.Namespace) -> tuple[Any, Any]:
     """(EdgeConfig, Deployment) from the file and the flags."""
     import dataclasses
@@ -85,6 +98,9 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
         path = None
     if args.deployment is not None:
         overrides["deployment"] = args.deployment
+    env_key = os.environ.get(RELAY_KEY_ENV) or None
+    if env_key is not None and "relay_key" not in _edge_table(path):
+        overrides["relay_key"] = env_key  # the file's key first, else the environment's
     cfg, dep = load(path, overrides)
     raw = tomllib.loads(Path(path).read_text(encoding="utf-8")) if path else {}
     workers = {**{str(k): v for k, v in raw.get("workers", {}).items()},
@@ -98,8 +114,6 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
         workers=tuple(sorted((int(k), v) for k, v in workers.items())),
         peers=tuple(sorted(peers.items())),
         pipeline=pipeline_flags.config(args, pipe) if on else None,
-        # the relay key from the file, else the environment (a secret store's injection)
-        relay_key=cfg.relay_key or os.environ.get(RELAY_KEY_ENV) or None,
     )
     EdgeConfig.__post_init__(cfg)
     return cfg, dep

@@ -32,6 +32,21 @@ def test_builtin_deployment_name_and_flags__config_built(monkeypatch: pytest.Mon
         cli.options(args)
 
 
+def test_relay_key__the_files_first_else_the_environments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "edge.toml"
+    path.write_text('[edge]\nregion = "eu"\n[peers]\nus = "http://127.0.0.1:8080"\n')
+    monkeypatch.setenv(cli.RELAY_KEY_ENV, "e" * 32)
+    cfg, _ = cli.options(_parse("--region", "eu", "--config", str(path)))
+    assert cfg.relay_key == "e" * 32
+    path.write_text(
+        f'[edge]\nregion = "eu"\nrelay_key = "{"f" * 32}"\n[peers]\nus = "http://x:1"\n'
+    )
+    cfg, _ = cli.options(_parse("--region", "eu", "--config", str(path)))
+    assert cfg.relay_key == "f" * 32
+
+
 def test_deployment_file_with_edge_tables__both_read(tmp_path: Path) -> None:
     path = tmp_path / "dep.toml"
     path.write_text(
