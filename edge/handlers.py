@@ -1,8 +1,11 @@
-"""HTTP handlers of the edge: parse, decide, forward with streaming pass-through, feed back.
+"""HTTP handlers of the edge: parse, decide, forward (the worker always streams), feed back.
 
 Owns the request lifecycle of ``POST /generate``, ``/v1/completions``, ``/v1/chat/completions``
-(client side) and of a relayed request (``X-KVC-Forward-To`` from a peer edge: serve it on the
-named local worker, no routing, and add this region's queue vector to the response), plus the
+(client side) and of a relayed request (``X-KVC-Forward-To`` from a peer edge, signed with the
+deployment's relay key, ``edge.relay_auth``: book or refuse with its shortlist, else serve it on
+the named local worker, and add this region's queue vector to the response; a client's unsigned
+``X-KVC-*`` headers are dropped and its request routed), the answer (``edge.responses``: the
+stream relayed, or the whole body assembled from it for a client that asked for one), plus the
 error middleware that turns every failure into the OpenAI error shape with the request id
 echoed (4xx for client mistakes, 502/503 for upstream trouble, 500 only for edge bugs). Must not
 score, hash or hold state of its own: ``EdgeService`` and ``Forwarder`` do.
