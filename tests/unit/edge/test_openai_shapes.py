@@ -32,6 +32,21 @@ def test_generate__ids_forwarded_as_the_client_sent_them() -> None:
     p = shapes.parse_generate({"input_ids": [5, 2**31 - 1], "rid": "x"}, TOK, LIM)
     assert p.tokens.dtype == np.int32 and p.tokens.tolist() == [5, 2**31 - 1]
     assert p.forward_body is None
+    assert not p.stream and p.forward_suffix == shapes.STREAM_MEMBER  # the worker streams
+
+
+def test_the_worker_is_always_asked_for_a_stream__whatever_the_client_asked() -> None:
+    """Issue 34 item 2: the first token is seen at the edge for whole-body clients too."""
+    p = shapes.parse_generate({"input_ids": [5], "stream": False}, TOK, LIM)
+    assert not p.stream and p.forward_body == {"input_ids": [5], "stream": True}
+    p = shapes.parse_generate({"input_ids": [5], "stream": True}, TOK, LIM)
+    assert p.stream and p.forward_body is None and p.forward_suffix == b""  # as it came
+    for parse in (shapes.parse_completions, shapes.parse_chat):
+        body = {"model": "m", "prompt": [1, 2], "messages": [{"role": "user", "content": "x"}]}
+        p = parse(body, TOK, LIM)
+        assert not p.stream and not p.strip_usage and p.forward_body is not None
+        assert p.forward_body["stream"] is True
+        assert p.forward_body["stream_options"] == {"include_usage": True}
 
 
 def test_chat__forwarded_as_completion_of_templated_ids() -> None:
