@@ -37,7 +37,7 @@ from kvcompass.errors import ConfigError
 from wire.deployments import load_deployment
 from wire.kafka_clients import librdkafka_conf
 from wire.producer import KafkaProducer, NullProducer, ProducerPort
-from wire.stopping import StopDeadline
+from wire.stopping import STOP_WITHOUT_BROKER_S, StopDeadline
 from wire.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,12 @@ async def run_edge(
     )
     await site.start()
     loop = asyncio.get_running_loop()
-    # the drain, then 30 s for the followers and the flush: past that, exit whatever hangs
-    deadline = StopDeadline(f"edge {config.region}", drain_s + 30.0)
+    # the drain, then 30 s for the followers and the flush: past that, exit whatever hangs; with
+    # the broker unreachable at SIGTERM, the drain then 4.5 s (its in-flight requests do not need
+    # the broker; what does is not waited for: wire.stopping)
+    broker = config.pipeline.bootstrap_servers if config.pipeline is not None else None
+    deadline = StopDeadline(f"edge {config.region}", drain_s + 30.0, broker=broker,
+                            without_broker_s=drain_s + STOP_WITHOUT_BROKER_S)  # fmt: skip
 
     def on_signal() -> None:
         deadline.arm()
@@ -177,9 +181,10 @@ async def run_edge(
             followers[1].close()
         elif edge.store is not None:
             edge.store.flush()
-        left = sink.flush(10.0)
+        flush_s = deadline.budget(10.0)
+        left = sink.flush(flush_s)
         if left:
-            msg = "edge %s stopping: %d records not delivered within 10 s (broker unreachable?)"
-            log.error(msg, config.region, left)
+            msg = "edge %s stopping: %d records not delivered within %.1f s (broker unreachable?)"
+            log.error(msg, config.region, left, flush_s)
         deadline.disarm()
     return edge

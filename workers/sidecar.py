@@ -33,6 +33,7 @@ from wire.config import PipelineConfig
 from wire.dead_letter import dead_letter_record
 from wire.kafka_clients import aiokafka_kwargs, librdkafka_conf
 from wire.producer import ProducerPort
+from wire.stopping import budget
 from wire.topics import ensure_topics
 from workers.bridge import RankBridge
 from workers.bridge_zmq import bridge_rank
@@ -238,12 +239,14 @@ async def run_migrations(
                     await executor.execute(http, rec)
     finally:
         # aiokafka's stop commits and leaves the group, retrying while the broker is gone: bound
-        # it (the committed position only decides which migrations a restart re-reads)
+        # it (the committed position only decides which migrations a restart re-reads), leaving
+        # the producer's flush its share of the stop (wire.stopping.budget; 1 s without broker)
+        stop_s = budget(CONSUMER_STOP_S, reserve_s=2.0)
         try:
-            await asyncio.wait_for(consumer.stop(), CONSUMER_STOP_S)
+            await asyncio.wait_for(consumer.stop(), stop_s)
         except TimeoutError:
-            log.warning("migrations consumer: not stopped within %.0f s (broker unreachable?); "
-                        "its last position may not be committed", CONSUMER_STOP_S)  # fmt: skip
+            log.warning("migrations consumer: not stopped within %.1f s (broker unreachable?); "
+                        "its last position may not be committed", stop_s)  # fmt: skip
 
 
 def bridge_cache_states(bridges: list[RankBridge]) -> CacheStates:

@@ -7,7 +7,9 @@ SIGTERM at once: the held step is abandoned, its take stays unacknowledged (befo
 an edge per region) on a broker of its own; the broker is stopped under load; then each process
 kind gets SIGTERM and must exit before a generous deadline (its stop timeout, 30 s, plus slack),
 saying in its log what it could not flush. Before: the sidecar and the maintenance unit did not
-exit within 60 s.
+exit within 60 s. Since issue 35 item 7 every process with a broker sees at SIGTERM that it is
+unreachable and takes the short stop (``wire.stopping``: under 5 s, each broker-bound wait 1 s;
+the exit times are printed, and measured by ``bench/outage_logs.py``, not asserted).
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ def test_process_stops_on_sigterm__broker_gone(
     tail = text[size:]
     assert any(s in text for s in says), tail[-3000:]
     assert child.popen.returncode in (0, 3), (child.popen.returncode, tail[-3000:])
+    if name != "worker-0":  # the emulated worker has no broker
+        assert "stopping with the broker unreachable" in tail, tail[-3000:]
     errors = sum(1 for line in tail.splitlines() if " ERROR " in line or "|FAIL|" in line)
     print(f"{name}: exited {took:.1f} s after SIGTERM, status {child.popen.returncode}, "
           f"{errors} ERROR lines while stopping")  # fmt: skip
