@@ -189,7 +189,8 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
         enable_cache_report=args.enable_cache_report,
         stream_interval=args.stream_interval,
         context_length_tokens=args.context_length,
-        serve_get_load=not args.no_get_load,
+        enable_metrics=args.enable_metrics,
+        enable_get_load=args.enable_get_load,
         shutdown_timeout_s=args.shutdown_timeout_s,
         disaggregation_mode=args.disaggregation_mode,
         disaggregation_bootstrap_port=args.disaggregation_bootstrap_port,
@@ -296,9 +297,12 @@ def register(subparsers: Any) -> None:
     _stop_flag(e)
     e.add_argument("--context-length", type=int, default=131_072,
                    help="SGLang's flag: longer inputs (or input + max) get its 400")  # fmt: skip
-    e.add_argument("--no-get-load", action="store_true",
-                   help="answer GET /get_load with 404, as SGLang 0.5.23 does (default: serve "
-                   "the legacy shape sglang-router's power_of_two polls)")  # fmt: skip
+    e.add_argument("--enable-metrics", action="store_true",
+                   help="SGLang's flag: serve GET /metrics (SGLang 0.5.23's sglang: names); "
+                   "without it /metrics is 404, as on SGLang")  # fmt: skip
+    e.add_argument("--enable-get-load", action="store_true",
+                   help="serve GET /get_load, the legacy shape sglang-router's power_of_two "
+                   "polls (our flag; SGLang 0.5.23 has no /get_load: 404)")  # fmt: skip
     e.add_argument("--shutdown-timeout-s", type=float, default=3.0,
                    help="on SIGTERM, how long in-flight requests may finish before they are "
                    "cancelled (wall seconds)")  # fmt: skip

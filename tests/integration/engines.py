@@ -20,19 +20,23 @@ kernels, FastAPI) never runs. What is stubbed, and why (the rest is the engines'
 - SGLang's ``RadixKey`` / ``TreeNode`` (``radix_cache.py`` imports torch): ``Key`` and ``Node``
   below carry exactly the attributes ``KVCacheEventRecorder`` reads.
 
+``sglang_metrics`` reads SGLang's Prometheus metric definitions (``metrics_collector.py``) as
+source text, with ``ast``: importing that module needs torch.
+
 If the directory is missing the tests are skipped with the install command, except under
 ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import os
 import sys
 import types
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,3 +180,90 @@ class Node:
 
 def root() -> Node:
     return Node(Key(array("q")))
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One ``Gauge``/``Counter``/``Histogram`` of SGLang's ``metrics_collector.py``, as written:
+    its ``prometheus_client`` class, label names (the collector's base labels, then the extra
+    ones) and literal ``buckets`` (None when computed)."""
+
+    kind: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] | None
+    multiprocess_mode: str | None
+
+
+def _keys_of_dict(node: ast.AST) -> tuple[str, ...]:
+    assert isinstance(node, ast.Dict)
+    return tuple(str(k.value) for k in node.keys if isinstance(k, ast.Constant))
+
+
+def _literal_floats(node: ast.AST | None, names: Mapping[str, ast.AST]) -> tuple[float, ...] | None:
+    """A literal bucket list; a name bound to one in the class (``bucket_time_to_first_token``
+    when not configured); ``generate_buckets(rule, default)``: the default (no rule given)."""
+    if isinstance(node, ast.Name):
+        node = names.get(node.id)
+    elif isinstance(node, ast.Call) and node.args and isinstance(node.args[-1], ast.Name):
+        node = names.get(node.args[-1].id)
+    try:
+        value = ast.literal_eval(node) if node is not None else None
+    except ValueError:
+        return None
+    return tuple(float(v) for v in value) if isinstance(value, list | tuple) else None
+
+
+def _labelnames(node: ast.AST, base: tuple[str, ...]) -> tuple[str, ...]:
+    """``labels.keys()``, ``list(labels.keys()) + [...]``, ``[*labels.keys(), ...]``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return base  # labels.keys()
+    if isinstance(node, ast.BinOp):
+        return _labelnames(node.left, base) + _labelnames(node.right, base)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):  # list(labels.keys())
+        return _labelnames(node.args[0], base)
+    if isinstance(node, ast.List | ast.Set | ast.Tuple):
+        out: tuple[str, ...] = ()
+        for e in node.elts:
+            out += _labelnames(e.value, base) if isinstance(e, ast.Starred) else (e.value,)  # type: ignore[attr-defined]
+        return out
+    raise AssertionError(f"unexpected labelnames expression: {ast.unparse(node)}")
+
+
+def sglang_metrics(root: Path) -> dict[str, MetricDef]:
+    """SGLang 0.5.23's scheduler and tokenizer metrics by name (``sglang:...``), from the source
+    of ``sglang/srt/observability/metrics_collector.py``. Base labels: the ``labels`` dict of
+    ``SchedulerMetricsCollectorContext.init_new`` (scheduler) and of
+    ``tokenizer_metric_labels`` (tokenizer), without their conditional additions (priority,
+    dp_rank, custom labels: off by default)."""
+    tree = ast.parse((root / "sglang/srt/observability/metrics_collector.py").read_text())
+    base: dict[str, tuple[str, ...]] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn.name in ("init_new", "tokenizer_metric_labels"):
+            for st in ast.walk(fn):
+                if not (isinstance(st, ast.Assign) and isinstance(st.value, ast.Dict)):
+                    continue
+                if any(isinstance(t, ast.Name) and t.id == "labels" for t in st.targets):
+                    base[fn.name] = _keys_of_dict(st.value)
+    out: dict[str, MetricDef] = {}
+    for cls in tree.body:
+        if not (isinstance(cls, ast.ClassDef) and cls.name in
+                ("SchedulerMetricsCollector", "TokenizerMetricsCollector")):  # fmt: skip
+            continue
+        labels = base["init_new" if cls.name.startswith("Scheduler") else "tokenizer_metric_labels"]
+        names = {t.id: st.value for st in ast.walk(cls) if isinstance(st, ast.Assign)
+                 for t in st.targets if isinstance(t, ast.Name)}  # fmt: skip
+        for call in ast.walk(cls):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+                continue
+            kw = {k.arg: k.value for k in call.keywords if k.arg}
+            name = kw.get("name")
+            if not (isinstance(name, ast.Constant) and str(name.value).startswith("sglang:")):
+                continue
+            mode = kw.get("multiprocess_mode")
+            out[str(name.value)] = MetricDef(
+                call.func.id,
+                _labelnames(kw["labelnames"], labels),
+                _literal_floats(kw.get("buckets"), names),
+                str(mode.value) if isinstance(mode, ast.Constant) else None,
+            )
+    return out

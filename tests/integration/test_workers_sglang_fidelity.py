@@ -1,7 +1,8 @@
 """The emulated worker behaves like SGLang 0.5.23 where a client or a router can tell: its load
-routes (``token_usage`` as SGLang computes it, ``/get_load``), its limits and their 400s, no body
-size limit, OpenAI's full request shapes (text parts, a batch of prompts, guidellm's body), the
-abort of a running request whose client left, and a prompt close with requests in flight."""
+routes (``token_usage`` as SGLang computes it, ``/get_load`` 404 unless opted in), its limits
+and their 400s, no body size limit, OpenAI's full request shapes (text parts, a batch of
+prompts, guidellm's body), the abort of a running request whose client left, and a prompt close
+with requests in flight."""
 
 from __future__ import annotations
 
@@ -107,9 +108,10 @@ def test_loads__running_requests_count_their_pages_once_and_their_private_tokens
 
 
 @pytest.mark.parametrize("serve", [True, False])
-def test_get_load__legacy_shape_for_power_of_two__or_404_like_sglang_0_5_23(serve: bool) -> None:
+def test_get_load__404_like_sglang_0_5_23__or_the_legacy_shape_opted_in(serve: bool) -> None:
     async def scenario() -> None:
-        async with _worker(serve_get_load=serve) as (w, s):
+        kw = {"enable_get_load": True} if serve else {}  # the default: SGLang 0.5.23's 404
+        async with _worker(**kw) as (w, s):
             async with s.get(w.url + "/get_load") as r:
                 if not serve:
                     assert r.status == 404

@@ -48,6 +48,11 @@ class Loads:
     prefill_cached_tokens: int = 0
     prefill_prompt_tokens: int = 0
     waiting_prompt_tokens: int = 0
+    last_prefill_cached_tokens: int = 0
+    last_prefill_prompt_tokens: int = 0
+    """The last prefill's cached and prompt tokens: SGLang's ``cache_hit_rate`` gauge is the hit
+    rate of the last prefill batch it logged (``metrics_reporter.py``); here one prefill is one
+    batch."""
 
 
 @dataclass(slots=True, eq=False)
@@ -162,6 +167,8 @@ class Engine:
             loads.prefill_uncached_tokens += uncached
             loads.prefill_cached_tokens += adm.cached_tokens
             loads.prefill_prompt_tokens += adm.prompt_tokens
+            loads.last_prefill_cached_tokens = adm.cached_tokens
+            loads.last_prefill_prompt_tokens = adm.prompt_tokens
             return adm
         except BaseException:  # cancelled mid-prefill (shutdown): the request is over
             self.done(adm)
@@ -249,14 +256,24 @@ class Engine:
         to pages, less its pages in the tree). Cached pages nobody holds are evictable and do not
         count: an idle worker full of cache reports 0, as SGLang does. At most the capacity
         (the emulated cache may run over it; SGLang's allocator cannot)."""
+        return self.kv_token_stats()[0]
+
+    def kv_token_stats(self) -> tuple[int, int, int]:
+        """(used, evictable, available) tokens of the VRAM pool, SGLang's split
+        (``sglang:kv_used_tokens`` / ``kv_evictable_tokens`` / ``kv_available_tokens``): used as
+        ``kv_used_tokens``; evictable = cached VRAM pages no running request holds; available =
+        the rest of the capacity. Each at least 0, together at most the capacity."""
         p = self.cache.page_size
+        cap = self.cache.vram_pages * p
         held: set[int] = set()
         private = 0
         for run in self._running.values():
             held.update(id(n) for n in run.nodes if n.tier is Tier.VRAM)
             allocated = -(-(run.prompt_tokens + run.decoded) // p) * p
             private += allocated - len(run.nodes) * p
-        return min(len(held) * p + private, self.cache.vram_pages * p)
+        used = min(len(held) * p + private, cap)
+        evictable = min(max(self.cache.usage_tokens(Tier.VRAM) - len(held) * p, 0), cap - used)
+        return used, evictable, cap - used - evictable
 
     async def decode(
         self, tokens: Sequence[int], max_new_tokens: int, adm: Admission | None = None

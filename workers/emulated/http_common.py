@@ -23,12 +23,14 @@ from aiohttp import web
 
 from workers.emulated.cache import Admission
 from workers.emulated.engine import ABORT_POLL_MS, ClientGone, Engine
+from workers.emulated.metrics import FORCE_STREAM_INTERVAL, WorkerMetrics
 
 if TYPE_CHECKING:
     from workers.emulated.disagg import Bootstrap, Disagg
 
 ENGINE = web.AppKey("engine", Engine)
 INFO = web.AppKey("info", dict)
+METRICS = web.AppKey("metrics", WorkerMetrics)
 
 
 class BadRequest(Exception):
@@ -113,9 +115,16 @@ class Steps:
     """A request's decode steps; ``aclose`` marks the request done even if never iterated (a
     client that left before its first chunk), so the running count never leaks."""
 
-    def __init__(self, gen: AsyncIterator[int], finish: Any) -> None:
+    def __init__(self, gen: AsyncIterator[int], finish: Any, stop: Any = None) -> None:
         self._gen = gen
         self._finish = finish
+        self._stop = stop
+
+    def stop(self) -> None:
+        """The output ended at a stop string: the request finished (not aborted) even though
+        its steps are closed before their end."""
+        if self._stop is not None:
+            self._stop()
 
     def __aiter__(self) -> AsyncIterator[int]:
         return self._gen
@@ -147,6 +156,7 @@ async def run(
     rid: str = "",
     pd: tuple[Disagg, Bootstrap | None] | None = None,
     salt: str | None = None,
+    stream: bool = False,
 ) -> tuple[Admission, Steps]:
     """Queue and prefill (``Engine.prefill``), then the decode steps.
 
@@ -160,25 +170,51 @@ async def run(
     hot-spotted worker, and kept the worker from exiting.
 
     ``pd``: the worker's PD role and the request's bootstrap fields (``disagg``): a prefill
-    worker marks the room's KV ready, a decode worker receives the KV instead of prefilling."""
+    worker marks the room's KV ready, a decode worker receives the KV instead of prefilling.
+
+    With ``request``, the request is recorded in the app's ``METRICS`` (``metrics``; ``stream``
+    is its ``is_streaming`` label): the first output SGLang would send, then finished or
+    aborted."""
     gone = None if request is None else (lambda: client_gone(request))
+    stats = None if request is None else request.app.get(METRICS)
+    started = time.perf_counter()
     try:
         if pd is None:
             adm = await engine.prefill(tokens, gone, salt)
         else:
             adm = await pd[0].admit(engine, tokens, pd[1], gone, salt)
     except ClientGone:
+        if stats is not None:
+            stats.aborted()
         raise ClientGone(_gone_message(rid, 1)) from None
-    finished = False
+    finished = completed = False
+    n_out = 0
     poll_s = max(engine.costs.sleep_s(ABORT_POLL_MS), 0.05)
+
+    def first_output(n: int, done: bool) -> bool:
+        """This output is the first SGLang's tokenizer manager gets (``output_streamer``)."""
+        first = (n == 1) if stream else (n == FORCE_STREAM_INTERVAL)
+        return first or (done and (n == 0 or (n < FORCE_STREAM_INTERVAL and not stream)))
 
     def finish() -> None:
         nonlocal finished
-        if not finished:
-            finished = True
-            engine.done(adm)
+        if finished:
+            return
+        finished = True
+        engine.done(adm)
+        if stats is None:
+            return
+        if not completed:
+            stats.aborted()
+            return
+        now = time.perf_counter() - started
+        if first_output(n_out, True):
+            stats.first_output(now, stream)
+        stats.finished(adm.prompt_tokens, n_out, adm.device_hit_tokens, adm.host_hit_tokens,
+                       now, stream)  # fmt: skip
 
     async def steps() -> AsyncIterator[int]:
+        nonlocal n_out, completed
         checked = time.monotonic()
         try:
             async for t in engine.decode(tokens, max_new, adm):
@@ -186,8 +222,16 @@ async def run(
                     checked = time.monotonic()
                     if gone():
                         raise ClientGone(_gone_message(rid, 1))
+                n_out += 1
+                if stats is not None and n_out < max_new and first_output(n_out, False):
+                    stats.first_output(time.perf_counter() - started, stream)
                 yield t
+            completed = True
         finally:
             finish()
 
-    return adm, Steps(steps(), finish)
+    def stopped() -> None:
+        nonlocal completed
+        completed = True
+
+    return adm, Steps(steps(), finish, stopped)

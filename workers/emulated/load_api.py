@@ -1,4 +1,4 @@
-"""The emulated worker's load routes in SGLang's shapes: ``GET /v1/loads`` and ``GET /get_load``.
+"""The emulated worker's load routes in SGLang's shapes: ``GET /v1/loads`` (and ``GET /get_load``).
 
 ``/v1/loads`` (what the sidecar's load reporter and the edge's local poll read): SGLang 0.5.23's
 ``sglang/srt/entrypoints/v1_loads.py`` (``get_loads``): ``{"timestamp": ISO-8601, "version",
@@ -17,13 +17,15 @@ load_inquirer.py``): the core scalars, then the ``disaggregation`` and ``queues`
   what the queue estimate reads (``kvcompass/router/load_report.py``).
 
 ``/get_load``: what ``sglang-router`` 0.3.2's ``power_of_two`` policy polls (its load monitor
-GETs ``/get_load`` and reads ``num_tokens``; without it, it logs "No loads fetched from workers"
-every poll). SGLang 0.5.23 itself no longer serves it (no such route in its
-``http_server.py``): the last releases that did answered with a legacy shim over ``/v1/loads``,
+GETs ``/get_load`` and reads ``num_tokens``). SGLang 0.5.23 no longer serves it (no such route
+in its ``http_server.py``, and no flag brings it back), so by default this answers 404 too: the
+router logs "No loads fetched from workers" and ``power_of_two`` falls back, for both workers it
+compares, to its own count of requests in flight to each (``policies/power_of_two.rs``), exactly
+as in front of a real 0.5.23. ``EmulatedConfig.enable_get_load`` (``--enable-get-load``, our
+flag) serves the legacy shim of the last releases that had the route, over ``/v1/loads``:
 ``[{"dp_rank", "num_reqs": running + waiting, "num_waiting_reqs", "num_tokens":
-num_total_tokens, "num_pending_tokens": num_total_tokens − num_used_tokens, "ts_tic"}]``, which
-is what this serves; ``EmulatedConfig.serve_get_load = False`` (``--no-get-load``) answers 404
-as 0.5.23 does. Must not: hold engine state (``engine``).
+num_total_tokens, "num_pending_tokens": num_total_tokens − num_used_tokens, "ts_tic"}]``.
+Must not: hold engine state (``engine``).
 """
 
 from __future__ import annotations

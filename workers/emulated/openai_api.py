@@ -139,6 +139,7 @@ async def _texts(steps: Steps, stop: tuple[str, ...], out: list[int]) -> _Texts:
         text = detokenize(out)
         cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
         if cut >= 0:
+            steps.stop()
             yield text[sent:cut], "stop"
             return
         # hold back what could still become a stop string's start
@@ -212,7 +213,7 @@ async def openai(request: web.Request) -> web.StreamResponse:
         max_new = disagg.max_new(ask.max_new)
         for tokens in ask.prompts:  # one prefill queue: a batch's prompts take it in order
             pd = (disagg, bootstrap)
-            adm, steps = await run(engine, tokens, max_new, request, rid, pd, ask.salt)
+            adm, steps = await run(engine, tokens, max_new, request, rid, pd, ask.salt, ask.stream)
             adms.append(adm)
             runs.append(steps)
         generated: list[list[int]] = [[] for _ in runs]

@@ -4,7 +4,8 @@ Owns the request/response JSON of ``POST /generate`` (``input_ids`` or ``text``,
 ``sampling_params.max_new_tokens``, ``stream`` as SSE, ``meta_info.cached_tokens`` and, on a hit,
 ``meta_info.cached_tokens_details {device, host}``), ``/v1/completions`` and
 ``/v1/chat/completions`` (with streaming; ``usage.prompt_tokens_details.cached_tokens``),
-``GET /v1/loads`` and ``GET /get_load`` (``load_api``), ``GET /server_info`` (with the
+``GET /v1/loads`` and, opted in, ``GET /get_load`` (``load_api``), ``GET /metrics`` with
+``enable_metrics`` (``metrics``), ``GET /server_info`` (with the
 ``kv_events`` block the sidecar discovers), ``GET /health``, ``GET /v1/models``,
 ``POST /flush_cache``; in PD mode (``disagg``) the bootstrap fields of SGLang's PD router and
 the ``disaggregation_*`` server args in ``/server_info``. Errors are 400 JSON in SGLang's shapes
@@ -36,6 +37,7 @@ from workers.emulated.engine import ClientGone, Engine
 from workers.emulated.http_common import (
     ENGINE,
     INFO,
+    METRICS,
     BadRequest,
     Invalid,
     aborted,
@@ -49,6 +51,8 @@ from workers.emulated.http_common import (
 from workers.emulated.kv_copy import kv_export, kv_import
 from workers.emulated.limits import check_context, check_max_new
 from workers.emulated.load_api import get_load, loads
+from workers.emulated.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from workers.emulated.metrics import WorkerMetrics
 from workers.emulated.openai_api import models, openai
 
 VERSION = "0.5.23-kvcompass-emulated"
@@ -173,7 +177,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     start = time.perf_counter()
     try:
         pd = (disagg, bootstrap)
-        adm, steps = await run(request.app[ENGINE], tokens, max_new, request, rid, pd, salt)
+        stream = bool(body.get("stream"))
+        adm, steps = await run(request.app[ENGINE], tokens, max_new, request, rid, pd, salt, stream)
     except ClientGone as exc:
         return aborted(exc, rid, openai=False)
     except TransferFailed as exc:
@@ -232,18 +237,36 @@ async def flush_cache(request: web.Request) -> web.Response:
     return web.Response(text="Cache flushed.\n")
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics`` (only with ``enable_metrics``, as SGLang's ``--enable-metrics``)."""
+    app = request.app
+    body = app[METRICS].render(app[ENGINE], int(app[INFO]["context_length"]))
+    return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
 def build_app(
-    engine: Engine, info: ServerInfo, serve_get_load: bool = True, disagg: Disagg | None = None
+    engine: Engine,
+    info: ServerInfo,
+    disagg: Disagg | None = None,
+    *,
+    enable_metrics: bool = False,
+    enable_get_load: bool = False,
 ) -> web.Application:
+    """The routes; ``/metrics`` only with ``enable_metrics`` and ``/get_load`` only with
+    ``enable_get_load``: without them both are 404, as on SGLang 0.5.23 (``load_api``,
+    ``metrics``)."""
     app = web.Application(client_max_size=0)  # 0: no limit (SGLang's uvicorn has none)
     app[ENGINE] = engine
-    app[DISAGG] = disagg if disagg is not None else Disagg("null", "mooncake")
+    app[DISAGG] = d = disagg if disagg is not None else Disagg("null", "mooncake")
     app[INFO] = info.as_json()
+    app[METRICS] = WorkerMetrics(info.model, d.mode)
+    if enable_metrics:
+        app.router.add_get("/metrics", metrics)
     app.router.add_post("/generate", generate)
     app.router.add_post("/v1/completions", openai)
     app.router.add_post("/v1/chat/completions", openai)
     app.router.add_get("/v1/loads", loads)
-    if serve_get_load:
+    if enable_get_load:
         app.router.add_get("/get_load", get_load)
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/get_server_info", server_info)

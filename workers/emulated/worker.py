@@ -67,9 +67,14 @@ class EmulatedConfig:
     context_length_tokens: int = 131_072
     """SGLang's ``--context-length`` (default: the model's; 131,072 for Llama-3.1-8B). Longer
     inputs, and input + asked output over it, are refused with SGLang's 400s (``limits``)."""
-    serve_get_load: bool = True
-    """Serve ``GET /get_load`` (what ``sglang-router``'s ``power_of_two`` polls) in the shape of
-    SGLang's last releases that had it; False answers 404, as SGLang 0.5.23 does (``load_api``)."""
+    enable_metrics: bool = False
+    """SGLang's ``--enable-metrics``: serve ``GET /metrics`` (SGLang 0.5.23's ``sglang:`` names,
+    ``metrics``); off, the route does not exist (404), as on SGLang."""
+    enable_get_load: bool = False
+    """Serve ``GET /get_load`` in the legacy shape of the SGLang releases that had it (what
+    ``sglang-router``'s ``power_of_two`` polls for token loads). Off (default), 404, as SGLang
+    0.5.23, which has no such route and no flag for it: the router then compares its own
+    in-flight request counts (``load_api``). The flag is ours (``--enable-get-load``)."""
     shutdown_timeout_s: float = 3.0
     """On close (SIGTERM): how long in-flight requests may still finish (wall seconds) before
     they are cancelled. SGLang drains every request first, but its requests finish at GPU
@@ -213,7 +218,9 @@ class EmulatedWorker:
         self.url = ""
 
     async def start(self) -> None:
-        app = build_app(self.engine, self.info, self.config.serve_get_load, self.disagg)
+        c = self.config
+        app = build_app(self.engine, self.info, self.disagg, enable_metrics=c.enable_metrics,
+                        enable_get_load=c.enable_get_load)  # fmt: skip
         self._runner = web.AppRunner(app, access_log=None, logger=_HTTP_LOG,
                                      shutdown_timeout=self.config.shutdown_timeout_s)  # fmt: skip
         await self._runner.setup()
