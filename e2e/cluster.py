@@ -24,7 +24,11 @@ Start-up is concurrent (everything is launched, then health is polled): broker, 
 maintenance units + workers + edges at once, sidecars as soon as their worker answers (they read
 its ``/server_info``). Ready = every worker and edge answers ``/health``, every sidecar's
 start-up ``CLEARED`` event is in ``kv-events``, every maintenance process joined the group, and
-the pipeline is quiescent. ``stop`` (also on exceptions, ``KeyboardInterrupt`` and interpreter
+the pipeline is quiescent. Every wait follows progress (``e2e.readiness``): a process still
+starting (its log grows, or it computes: numba compiling kernels) is waited for; one dead, or
+silent for ``ClusterSpec.start_silence_s``, fails the start at once with its log tail;
+``start_timeout_s`` is only the backstop. The quiescence wait fails when the pipeline's gap
+stops changing for as long. ``stop`` (also on exceptions, ``KeyboardInterrupt`` and interpreter
 exit) SIGTERMs the tiers in order edges → sidecars → workers → maintenance → broker, waits,
 SIGKILLs stragglers; children also get SIGKILL from the kernel if the launcher dies.
 
@@ -34,7 +38,6 @@ Must not: change what the processes do (only flags and config files the CLI alre
 from __future__ import annotations
 
 import atexit
-import json
 import secrets
 import shutil
 import time
@@ -49,6 +52,7 @@ from e2e.gateways import Gateways
 from e2e.layout import Layout
 from e2e.probes import EventCount, ViewCheck
 from e2e.process import Child, ClusterError, Spawner, child_env
+from e2e.readiness import Patience, Watched, wait_for, wait_until_ready
 from e2e.spec import ClusterSpec
 from kvcompass.deployment import Deployment
 from wire.config import PipelineConfig
@@ -179,7 +183,7 @@ class LocalCluster:
             self.broker.down()
             shutil.rmtree(self.run_dir / "broker", ignore_errors=True)
             self.on_status(f"starting broker on {self.bootstrap}")
-            self.spawner.on_thread(lambda: self.broker.up(timeout_s=s.start_timeout_s))
+            self._broker_up(s.start_timeout_s)
         from wire.topics import ensure_topics
 
         ensure_topics(AdminClient(librdkafka_conf(self.bootstrap, {"log_level": 3})), self.pipe)
@@ -198,41 +202,52 @@ class LocalCluster:
             self._start_worker(w)
         for r in self.regions:
             self._start_edge(r)
-        deadline = t0 + s.start_timeout_s
         pending_workers = set(range(self.n_workers))
         watch = probes.ClearedWatch(self.bootstrap, self.topics.kv_events, marks)
+        edges_up: set[str] = set()
+        group_ok = False
+
+        def waiting() -> list[str]:
+            """One probe round: start the sidecars of healthy workers; what is not ready yet."""
+            nonlocal group_ok
+            for w in sorted(pending_workers):
+                if probes.healthy(self.worker_urls[w]):
+                    pending_workers.discard(w)
+                    self._start_sidecar(w)
+            edges_up.update(r for r, url in self.edge_urls.items()
+                            if r not in edges_up and probes.healthy(url))  # fmt: skip
+            watch.poll()
+            if not group_ok:
+                group_ok = self._group_size() >= s.n_maintenance
+            out = [f"worker-{w}" for w in sorted(pending_workers)]
+            out += [f"edge-{r}" for r in self.regions if r not in edges_up]
+            out += [f"sidecar-{w}" for w in range(self.n_workers) if w not in watch.cleared]
+            return out if group_ok else out + self._names("maintenance")
+
         try:
-            edges_up: set[str] = set()
-            group_ok = False
-            while True:
-                self._check_alive()
-                for w in sorted(pending_workers):
-                    if probes.healthy(self.worker_urls[w]):
-                        pending_workers.discard(w)
-                        self._start_sidecar(w)
-                edges_up |= {r for r, url in self.edge_urls.items()
-                             if r not in edges_up and probes.healthy(url)}  # fmt: skip
-                watch.poll()
-                if not group_ok:
-                    group_ok = self._group_size() >= s.n_maintenance
-                if (not pending_workers and len(edges_up) == len(self.regions)
-                        and len(watch.cleared) == self.n_workers and group_ok):  # fmt: skip
-                    break
-                if time.monotonic() > deadline:
-                    waiting = ([f"worker-{w}" for w in sorted(pending_workers)]
-                               + [f"edge-{r}" for r in self.regions if r not in edges_up]
-                               + [f"sidecar-{w}" for w in range(self.n_workers)
-                                  if w not in watch.cleared])  # fmt: skip
-                    if not group_ok:
-                        waiting += self._names("maintenance")
-                    raise ClusterError(self._not_ready(waiting, s.start_timeout_s))
-                time.sleep(0.2)
+            wait_until_ready(waiting, self._watched, self._patience(),
+                             check_alive=self._check_alive)  # fmt: skip
         finally:
             watch.close()
         self.on_status(
             f"all processes up after {time.monotonic() - t0:.1f} s; waiting for the pipeline"
         )
-        self.wait_quiescent(max(deadline - time.monotonic(), 30.0))
+        self.wait_quiescent(s.start_silence_s)
+
+    def _patience(self, ceiling_s: float | None = None) -> Patience:
+        return Patience(silence_s=self.spec.start_silence_s,
+                        ceiling_s=ceiling_s or self.spec.start_timeout_s)  # fmt: skip
+
+    def _watched(self, name: str) -> Watched | None:
+        """A child that runs (one not started yet, e.g. a sidecar waiting for its engine: None)."""
+        c = self.spawner.children.get(name)
+        return c if c is not None and c.popen is not None else None
+
+    def _broker_up(self, timeout_s: float) -> None:
+        """Start the broker (on the spawner thread: it forks), following its log and CPU."""
+        b = self.broker
+        done = self.spawner.submit(lambda: b.up(timeout_s=timeout_s))
+        wait_for(done, "broker", b.log_file, b.running_pid, self._patience(timeout_s))
 
     def _group_size(self) -> int:
         try:
@@ -251,23 +266,18 @@ class LocalCluster:
         if self.broker is not None and self.broker.running_pid() is None:
             raise ClusterError(f"broker exited (log: {self.broker.log_file})")
 
-    def _not_ready(self, names: list[str], timeout_s: float) -> str:
-        parts = [f"not ready after {timeout_s:.0f} s: {', '.join(names)}"]
-        for n in names[:3]:
-            c = self.spawner.children.get(n)
-            if c is not None:
-                parts.append(c.log_tail(25))
-        return "\n".join(parts)
-
     # -- probes ------------------------------------------------------------------------------
 
     def wait_quiescent(self, timeout_s: float) -> None:
         """Return once the maintenance group has committed every ``kv-events`` and ``index-ops``
         record and every edge's view files record every ``index-patches`` record as applied,
-        twice in a row with no new ``kv-events`` in between. Stop the load first."""
-        deadline = time.monotonic() + timeout_s
+        twice in a row with no new ``kv-events`` in between. Stop the load first.
+
+        Follows progress: fails once what is behind has not changed for ``timeout_s`` (a stalled
+        pipeline), or after the spec's ``start_timeout_s`` whatever happens (the backstop)."""
+        t0 = moved = time.monotonic()
         last_events: int | None = None
-        why = "not checked"
+        why = last_why = "not checked"
         while True:
             try:
                 why = self._quiescence_gap()
@@ -280,8 +290,13 @@ class LocalCluster:
                 last_events = ev
             else:
                 last_events = None
-            if time.monotonic() > deadline:
-                raise ClusterError(f"not quiescent after {timeout_s:.0f} s: {why}")
+            now = time.monotonic()
+            if why != last_why:
+                moved, last_why = now, why
+            if now - moved > timeout_s:
+                raise ClusterError(f"not quiescent: no progress for {timeout_s:.0f} s: {why}")
+            if now - t0 > max(timeout_s, self.spec.start_timeout_s):
+                raise ClusterError(f"not quiescent after {now - t0:.0f} s: {why}")
             time.sleep(0.5)
 
     def _quiescence_gap(self) -> str:
@@ -337,18 +352,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         busy: dict[int, int] = {}
         while time.monotonic() < deadline:
-            busy = {}
-            for w, url in self.worker_urls.items():
-                try:
-                    status, body = probes.http("GET", url + "/v1/loads", None, 5.0)
-                    loads = json.loads(body)["loads"] if status == 200 else []
-                except (OSError, ValueError, KeyError):
-                    busy[w] = -1
-                    continue
-                n = sum(int(x.get("num_waiting_reqs", 0)) + int(x.get("num_waiting_uncached_tokens",
-                        0) > 0) for x in loads)  # fmt: skip
-                if n:
-                    busy[w] = n
+            busy = probes.busy_workers(self.worker_urls)
             if not busy:
                 return
             time.sleep(0.5)
@@ -407,14 +411,15 @@ class LocalCluster:
         self.poll_until(lambda: self._group_size() >= want, self._names("maintenance"), timeout_s)
 
     def poll_until(self, ready: Callable[[], bool], names: list[str], timeout_s: float) -> None:
-        """Poll ``ready`` until true; raise with the tails of ``names``' logs on a timeout or as
-        soon as any child dies unexpectedly."""
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise ClusterError(self._not_ready(names, timeout_s))
-            time.sleep(0.3)
+        """Poll ``ready`` until true, following ``names``' progress (``e2e.readiness``): raise
+        with their log tails as soon as one dies, or is not ready and silent (no log line, no
+        CPU) for ``timeout_s``; one that keeps making progress is waited for up to the spec's
+        ``start_timeout_s``."""
+        patience = Patience(
+            silence_s=timeout_s, ceiling_s=max(timeout_s, self.spec.start_timeout_s)
+        )
+        wait_until_ready(lambda: [] if ready() else list(names), self._watched, patience,
+                         check_alive=self._check_alive, poll_s=0.3)  # fmt: skip
 
     def restart_edge(self, region: str, timeout_s: float = 120.0) -> None:
         """SIGTERM the edge of ``region`` (it drains and saves its view offsets), start it again
@@ -437,10 +442,10 @@ class LocalCluster:
         t1 = time.monotonic()
         self.on_status(f"broker down in {t1 - t0:.1f} s; starting it again")
         try:
-            self.spawner.on_thread(lambda: self.broker.up(timeout_s=timeout_s))
+            self._broker_up(timeout_s)
         except BrokerError as exc:  # a loaded machine: up() stopped it again; one more try
             self.on_status(f"broker not ready ({str(exc)[:80]}...); starting it once more")
-            self.spawner.on_thread(lambda: self.broker.up(timeout_s=timeout_s))
+            self._broker_up(timeout_s)
         t2 = time.monotonic()
         self.on_status(f"broker up in {t2 - t1:.1f} s; waiting for the maintenance group")
         self._wait_group(timeout_s)

@@ -400,6 +400,24 @@ def healthy(url: str) -> bool:
         return False
 
 
+def busy_workers(worker_urls: dict[int, str]) -> dict[int, int]:
+    """Workers whose ``/v1/loads`` shows requests waiting or prefilling: their count (-1: no
+    answer)."""
+    busy: dict[int, int] = {}
+    for w, url in worker_urls.items():
+        try:
+            status, body = http("GET", url + "/v1/loads", None, 5.0)
+            loads = json.loads(body)["loads"] if status == 200 else []
+        except (OSError, ValueError, KeyError):
+            busy[w] = -1
+            continue
+        n = sum(int(x.get("num_waiting_reqs", 0)) + int(x.get("num_waiting_uncached_tokens", 0) > 0)
+                for x in loads)  # fmt: skip
+        if n:
+            busy[w] = n
+    return busy
+
+
 def gateway_workers(url: str) -> int:
     """How many workers an SGLang gateway (``sglang-router``) lists as healthy in ``GET
     /workers`` (0 while it is starting or unreachable)."""

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
@@ -104,6 +104,10 @@ class Spawner:
     def on_thread(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the spawner thread (anything that forks a long-lived child)."""
         return self._thread.submit(fn).result()
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """``on_thread`` without waiting: the caller follows the child's progress meanwhile."""
+        return self._thread.submit(fn)
 
     def spawn(
         self, name: str, argv: Sequence[str], log_path: Path, cwd: Path, env: dict[str, str]

@@ -41,13 +41,20 @@ class ClusterSpec:
     """Δ of the sidecars' load reporters (queue vectors)."""
     stream_interval: int = 1
     """Emulated workers' ``--stream-interval`` (tokens per streamed chunk after the first)."""
-    start_timeout_s: float = 240.0
+    start_silence_s: float = 120.0
+    """Start-up: a process not ready yet that shows no progress (no log line, under 1 s of CPU)
+    for this long fails the start, with its log tail (``e2e.readiness``); a dead one fails at
+    once. Also the quiescence wait's bound on a pipeline whose gap stops changing."""
+    start_timeout_s: float = 1800.0
+    """The backstop of every start-up wait: processes that keep making progress are waited for
+    this long at most (a fresh clone's first start compiles every numba kernel unless ``make``
+    warmed the cache: minutes on a busy 2-core machine)."""
 
     def __post_init__(self) -> None:
         if not self.time_scale >= 0:
             raise ValueError(f"time_scale: expected >= 0, got {self.time_scale}")
         for name in ("n_shards", "n_maintenance", "vram_tokens", "load_period_ms",
-                     "stream_interval"):  # fmt: skip
+                     "stream_interval", "start_silence_s", "start_timeout_s"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if self.dram_tokens < 0:
