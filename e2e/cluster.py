@@ -225,8 +225,8 @@ class LocalCluster:
             return out if group_ok else out + self._names("maintenance")
 
         try:
-            wait_until_ready(waiting, self._watched, self._patience(),
-                             check_alive=self._check_alive)  # fmt: skip
+            wait_until_ready(waiting, self._watched, self._patience(), together=[self._names(
+                "maintenance")], check_alive=self._check_alive)  # fmt: skip
         finally:
             watch.close()
         self.on_status(
@@ -419,7 +419,7 @@ class LocalCluster:
             silence_s=timeout_s, ceiling_s=max(timeout_s, self.spec.start_timeout_s)
         )
         wait_until_ready(lambda: [] if ready() else list(names), self._watched, patience,
-                         check_alive=self._check_alive, poll_s=0.3)  # fmt: skip
+                         check_alive=self._check_alive, together=[names], poll_s=0.3)  # fmt: skip
 
     def restart_edge(self, region: str, timeout_s: float = 120.0) -> None:
         """SIGTERM the edge of ``region`` (it drains and saves its view offsets), start it again

@@ -122,6 +122,7 @@ def wait_until_ready(
     patience: Patience,
     *,
     check_alive: Callable[[], None] = lambda: None,
+    together: Sequence[Sequence[str]] = (),
     poll_s: float = 0.2,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -129,9 +130,11 @@ def wait_until_ready(
     """Run probe rounds (``step``: the names still not ready; [] = all ready) until all are
     ready; return the seconds it took. A name ``lookup`` does not know (not started yet: e.g. a
     sidecar waiting for its engine) is waited for without a progress check; ``check_alive``
-    raises for any other process that died. Raises ``ClusterError`` naming the processes and
-    with their log tails: one dead or silent for ``silence_s`` (at once), or every one still
-    waiting once ``ceiling_s`` passed."""
+    raises for any other process that died. ``together``: sets of names that wait for each other
+    (the maintenance units join one consumer group: the first in it idles until the last one
+    has compiled its kernels), so one member's progress is the whole set's. Raises
+    ``ClusterError`` naming the processes and with their log tails: one dead or silent for
+    ``silence_s`` (at once), or every one still waiting once ``ceiling_s`` passed."""
     t0 = clock()
     progress = Progress(patience, clock)
     while True:
@@ -144,7 +147,11 @@ def wait_until_ready(
         if dead:
             names = ", ".join(p.name for p in dead)
             raise ClusterError(f"{names} exited before it was ready\n{_tails(dead)}")
-        silent = [p for p in procs if progress.silent_for(p) > patience.silence_s]
+        quiet = {p.name: progress.silent_for(p) for p in procs}
+        for group in together:  # a set moves as fast as its busiest member
+            least = min((quiet[n] for n in group if n in quiet), default=0.0)
+            quiet.update({n: least for n in group if n in quiet})
+        silent = [p for p in procs if quiet[p.name] > patience.silence_s]
         if silent:
             names = ", ".join(p.name for p in silent)
             raise ClusterError(

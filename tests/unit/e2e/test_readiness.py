@@ -44,15 +44,17 @@ PATIENCE = Patience(silence_s=10.0, ceiling_s=1000.0, cpu_quantum_s=0.1)
 class Run:
     """One child under the wait, the test's clock, and the wait's pauses as the child's steps."""
 
-    def __init__(self, tmp: Path, mode: str, ready_after: int = 10**9) -> None:
-        self.marker = tmp / "ready"
-        log = tmp / "child.log"
+    def __init__(
+        self, tmp: Path, mode: str, ready_after: int = 10**9, name: str = "maintenance-0"
+    ) -> None:
+        self.marker = tmp / f"{name}.ready"
+        log = tmp / f"{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-c", CHILD, mode, str(ready_after), str(self.marker)],
                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE,
             )  # fmt: skip
-        self.child = Child("maintenance-0", [], log, tmp, {}, popen)
+        self.child = Child(name, [], log, tmp, {}, popen)
         self.now = 0.0
         self.steps = 0
 
@@ -96,8 +98,10 @@ def runs(tmp_path: Path) -> Iterator[list[Run]]:
         r.close()
 
 
-def _run(runs: list[Run], tmp: Path, mode: str, ready_after: int = 10**9) -> Run:
-    r = Run(tmp, mode, ready_after)
+def _run(
+    runs: list[Run], tmp: Path, mode: str, ready_after: int = 10**9, name: str = "maintenance-0"
+) -> Run:
+    r = Run(tmp, mode, ready_after, name)
     runs.append(r)
     return r
 
@@ -150,6 +154,35 @@ def test_a_process_that_logs_forever_but_is_never_ready_hits_the_ceiling(
         r.wait(Patience(silence_s=10.0, ceiling_s=40.0, cpu_quantum_s=0.1))
     assert "not ready after 40 s (still making progress): maintenance-0" in str(err.value)
     assert 40.0 < r.now <= 40.0 + STEP_S
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_processes_that_wait_for_each_other_share_progress(
+    tmp_path: Path, runs: list[Run], together: bool
+) -> None:
+    """Two maintenance units: the first joined the group and idles without a word while the
+    second still compiles; the group is ready when the second is. Together, the idle one is
+    waited for; alone, it would be the silent one."""
+    idle = _run(runs, tmp_path, "silent", name="maintenance-0")
+    busy = _run(runs, tmp_path, "log", ready_after=6, name="maintenance-1")
+    names = [idle.child.name, busy.child.name]
+    children = {r.child.name: r.child for r in (idle, busy)}
+
+    def sleep(s: float) -> None:
+        idle.sleep(s)
+        busy.sleep(s)
+
+    def wait() -> float:
+        return wait_until_ready(
+            lambda: [] if busy.marker.exists() else names, children.get, PATIENCE,
+            together=[names] if together else (), clock=busy.clock, sleep=sleep,
+        )  # fmt: skip
+
+    if together:
+        assert wait() >= 6 * STEP_S > PATIENCE.silence_s
+    else:
+        with pytest.raises(ClusterError, match=r"silent .*: maintenance-0\n"):
+            wait()
 
 
 def test_a_process_not_started_yet_is_waited_for_without_a_progress_check() -> None:
