@@ -14,7 +14,9 @@ TTFT in each splits the same way (``sim.runner``: ``TTFT = pre + queue + service
 the mean of (scheme − reference) over them: the terms add up to the mean TTFT difference. It
 also counts the tail's false hits (the worker reused less than the router claimed: a stale
 holder) and requests reusing less than the reference did. ``python -m sim.tail`` runs one cell
-of two schemes and prints the breakdown as JSON. Must not change a run.
+of two schemes and prints the breakdown as JSON; for KVCompass it also records the queue each
+final dispatch scored at its pick and the reuse it forwent (``decisions``), so the tail's queue
+splits into what the decider saw (and accepted) and what it did not see. Must not change a run.
 """
 
 from __future__ import annotations
@@ -89,10 +91,82 @@ def tail_breakdown(
     return res
 
 
+def decisions(run: Any) -> dict[str, NDArray[np.float64]]:
+    """Wrap every ``Decider.dispatch`` of a KVCompass ``sim.runner.Run`` (before ``run.run()``)
+    and record, per request, at its final dispatch (the owning region's for a relay it
+    accepted, the origin's second one after a refusal): ``queue`` the queue term it scored at
+    its pick; ``held_pick`` the tokens its pick truly held then and ``held_best`` the most any
+    worker truly held (the engine's caches as of the requests that reached their workers);
+    ``seen_best`` the match the decider knew for that best holder (its index view's, or the
+    pending-holder overlay's when the holder is among its explained candidates). Arrays fill
+    as the run goes (NaN: never dispatched)."""
+    from kvcompass.router import score as sc
+
+    n = int(run.requests.n)
+    out = {k: np.full(n, np.nan) for k in ("queue", "held_pick", "held_best", "seen_best")}
+    cluster = run.cluster
+
+    def wrap(dec: Any) -> None:
+        dispatch = dec.dispatch
+
+        def spy(plan: Any, now_ms: float) -> Any:
+            rows, fid = plan.decision.top_terms, plan.fid
+            ids = rows[:, sc.TERM_WORKER]
+            hit = np.flatnonzero(ids == plan.worker)
+            if hit.size:
+                out["queue"][fid] = float(rows[hit[0], sc.TERM_QUEUE])
+            held, _ = cluster.match_all(fid)
+            best = int(np.argmax(held))
+            out["held_pick"][fid] = float(held[plan.worker])
+            out["held_best"][fid] = float(held[best])
+            # What the decider scored for the best holder: its index view's match, or the
+            # overlay's (pending holders) when that holder is among its explained candidates.
+            seen = float(plan.lookup.match.matched_tokens[best]) if plan.lookup.keys.size else 0.0
+            top = np.flatnonzero(ids == best)
+            if top.size:
+                seen = max(seen, float(rows[top[0], sc.TERM_MATCHED]))
+            out["seen_best"][fid] = seen
+            return dispatch(plan, now_ms)
+
+        dec.dispatch = spy
+
+    for dec in run.scheme.deciders:
+        wrap(dec)
+    return out
+
+
+def decision_breakdown(record: Record, ref: Record, dec: dict[str, NDArray[np.float64]],
+                       forgone_tokens: int = 512) -> dict[str, float]:  # fmt: skip
+    """What the decider saw at the picks of its P99 requests, and where reuse was forgone."""
+    tail = np.flatnonzero(record.ttft_ms >= float(np.percentile(record.ttft_ms, 99.0)))
+    q = dec["queue"]
+    forgone = dec["held_best"] - dec["held_pick"] >= forgone_tokens
+    unseen = forgone & (dec["seen_best"] < dec["held_best"] - forgone_tokens)
+    return {
+        "queue_scored_ms": float(np.nanmean(q[tail])),
+        "queue_unseen_ms": float(np.nanmean(record.queue_ms[tail] - q[tail])),
+        "queue_scored_over_ref_ms": float(np.nanmean(q[tail] - ref.queue_ms[tail])),
+        "unseen_over_500ms": float(np.sum(record.queue_ms[tail] - q[tail] > 500.0)),
+        "all_queue_unseen_ms": float(np.nanmean(record.queue_ms - q)),
+        "gpu_work_over_ref": float(record.service_ms.sum() / ref.service_ms.sum()),
+        "forgone_requests": float(forgone.sum()),
+        "forgone_tokens": float(np.nansum((dec["held_best"] - dec["held_pick"])[forgone])),
+        "forgone_unseen_requests": float(unseen.sum()),
+        "forgone_unseen_tokens": float(np.nansum((dec["held_best"] - dec["held_pick"])[unseen])),
+        # Of those: it knew nothing of that holder (not indexed yet) / a shorter match (levels).
+        "forgone_unseen_nothing": float((unseen & (dec["seen_best"] <= 0)).sum()),
+        "forgone_unseen_shorter": float((unseen & (dec["seen_best"] > 0)).sum()),
+        "run_reused_tokens": float(record.reused.sum()),
+        "run_reused_ref_tokens": float(ref.reused.sum()),
+        "run_claimed_below_held": float(np.sum(record.claimed < dec["held_pick"] - forgone_tokens)),
+        "tail_forgone_requests": float(forgone[tail].sum()),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     from sim.engine.requests import Requests
     from sim.experiment import DEFAULT_EVICTION, make_workload
-    from sim.runner import run_scheme
+    from sim.runner import Run, run_scheme
 
     p = argparse.ArgumentParser(prog="python -m sim.tail", description=__doc__.splitlines()[0])
     p.add_argument("--deployment", default="paper-64x8")
@@ -108,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     levels = Levels.from_deployment(dep)
     wl = make_workload(a.workload, a.requests, a.rate, dep, a.seed)
     req = Requests(wl, levels, cfg.chunk_tokens_for(wl.block_tokens))
-    runs = {n: run_scheme(n, req, dep, levels, cfg) for n in (a.scheme, a.reference)}
+    runs = {a.reference: run_scheme(a.reference, req, dep, levels, cfg)}
+    ours = Run(a.scheme, req, dep, levels, cfg)
+    seen = decisions(ours) if hasattr(ours.scheme, "deciders") else None
+    runs[a.scheme] = ours.run()
     out: dict[str, Any] = {
         "cell": f"{a.workload}-{a.rate:g}",
         "seed": a.seed,
@@ -122,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             dep,
         ),
     }
+    if seen is not None:
+        out.update(decision_breakdown(runs[a.scheme].record, runs[a.reference].record, seen))
     print(json.dumps(out))
     return 0
 

@@ -19,7 +19,7 @@ from sim.runner import Run
 from sim.schemes.central_directory import CentralDirectory
 from sim.schemes.kvcompass import KVCompass
 from sim.tables import comparison_seeds, verdict_seeds
-from sim.tail import TERMS, split, tail_breakdown
+from sim.tail import TERMS, decisions, split, tail_breakdown
 from tests.sim._tiny import path, workload
 from tests.sim.baseline_fakes import three_regions
 
@@ -176,7 +176,13 @@ def test_joint_ideal__in_the_tables_with_a_headroom_column_never_a_verdict() -> 
 
 def test_tail_breakdown__terms_add_up_to_each_requests_ttft_and_the_tail_difference() -> None:
     burst = _burst(60, 5.0)
-    recs = {n: _run(n, *burst).run().record for n in ("kvcompass", "joint_ideal")}
+    ours = _run("kvcompass", *burst)
+    seen = decisions(ours)
+    recs = {"kvcompass": ours.run().record, "joint_ideal": _run("joint_ideal", *burst).run().record}
+    # Every request's final dispatch was seen: the queue it scored, what its pick truly held.
+    for k in ("queue", "held_pick", "held_best", "seen_best"):
+        assert not np.isnan(seen[k]).any()
+    assert np.all(seen["held_best"] >= seen["held_pick"]) and np.all(seen["queue"] >= 0)
     dep = three_regions(wan=WAN, workers=(2, 2, 2))
     arrival = np.asarray(burst[1], dtype=np.float64)
     origin = np.asarray(burst[2], dtype=np.int64)
