@@ -18,10 +18,12 @@ load_inquirer.py``): the core scalars, then the ``disaggregation`` and ``queues`
 
 ``/get_load``: what ``sglang-router`` 0.3.2's ``power_of_two`` policy polls (its load monitor
 GETs ``/get_load`` and reads ``num_tokens``). SGLang 0.5.23 no longer serves it (no such route
-in its ``http_server.py``, and no flag brings it back), so by default this answers 404 too: the
-router logs "No loads fetched from workers" and ``power_of_two`` falls back, for both workers it
-compares, to its own count of requests in flight to each (``policies/power_of_two.rs``), exactly
-as in front of a real 0.5.23. ``EmulatedConfig.enable_get_load`` (``--enable-get-load``, our
+in its ``http_server.py``, and no flag brings it back), so by default this answers 404 too, and
+the router gets from ours what it gets from a real 0.5.23: its load monitor (every 30 s) records
+each 404 as load -1, and ``power_of_two``, comparing -1 with -1, takes either of its two
+candidates, busy or not (before its first poll that finds the workers it compares its own
+in-flight counts, ``policies/power_of_two.rs``; later router releases skip the -1s and always
+do). ``EmulatedConfig.enable_get_load`` (``--enable-get-load``, our
 flag) serves the legacy shim of the last releases that had the route, over ``/v1/loads``:
 ``[{"dp_rank", "num_reqs": running + waiting, "num_waiting_reqs", "num_tokens":
 num_total_tokens, "num_pending_tokens": num_total_tokens − num_used_tokens, "ts_tic"}]``.

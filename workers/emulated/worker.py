@@ -73,8 +73,8 @@ class EmulatedConfig:
     enable_get_load: bool = False
     """Serve ``GET /get_load`` in the legacy shape of the SGLang releases that had it (what
     ``sglang-router``'s ``power_of_two`` polls for token loads). Off (default), 404, as SGLang
-    0.5.23, which has no such route and no flag for it: the router then compares its own
-    in-flight request counts (``load_api``). The flag is ours (``--enable-get-load``)."""
+    0.5.23, which has no such route and no flag for it: the router then has no loads from ours,
+    as from a real one (``load_api``). The flag is ours (``--enable-get-load``)."""
     shutdown_timeout_s: float = 3.0
     """On close (SIGTERM): how long in-flight requests may still finish (wall seconds) before
     they are cancelled. SGLang drains every request first, but its requests finish at GPU
