@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -34,27 +35,40 @@ from typing import Any
 # Run as a script, this file's folder comes first on sys.path and its name would shadow the
 # ``pipeline`` package; drop the folder (nothing else lives there that we import).
 _HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import numpy as np  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from bench.pipeline_load import (  # noqa: E402
+    DEP_NAME,
+    broker_pid,
+    cpu_s,
+    event,
+    key_ops,
+    make_events,
+    scrape_hops,
+)
 from kvcompass.deployment import builtin_deployment  # noqa: E402
+from kvcompass.lag import BOUNDS_MS, LagHistogram  # noqa: E402
 from kvcompass.layout import TableLayout  # noqa: E402
 from kvcompass.levels import Levels  # noqa: E402
 from kvcompass.rechunk import EventRef, OpBatch, OpKind  # noqa: E402
 from kvcompass.types import Tier  # noqa: E402
+from pipeline.shell import HOPS  # noqa: E402
 from wire.codec import AvroCodec, int32_key  # noqa: E402
 from wire.config import PipelineConfig  # noqa: E402
 from wire.index_ops import encode_op_batch  # noqa: E402
 from wire.kafka_clients import librdkafka_conf  # noqa: E402
 from wire.patch_follower import PatchFollower, follow  # noqa: E402
 from wire.patches import decode_value  # noqa: E402
+from wire.producer import LINGER_MS  # noqa: E402
 from wire.registry import InProcessRegistry  # noqa: E402
 from wire.topics import ensure_topics  # noqa: E402
 
-DEP_NAME = "paper-testbed-14x3"
+SIDECAR_PRODUCER = {"enable.idempotence": True, "linger.ms": LINGER_MS}
+"""The sidecar's producer (``wire.producer.KafkaProducer``)."""
 
 
 def _free_port() -> int:
@@ -151,14 +165,11 @@ def _warm_up(cfg: PipelineConfig, sync: PatchFollower, prod: Any, codec: AvroCod
     """Events on every shard until all are visible: the first batch of each maintenance actor
     rebuilds its unit (reads two partitions) and must not count as steady-state latency."""
     keys = np.arange(1, 4 * cfg.n_shards + 1, dtype=np.int64) * 7919
-    ev = {"worker_id": 0, "region_id": int(region[0]), "model": "warm", "sharing_group": None,
-          "op": "STORED", "tier": "VRAM", "token_count": 16, "token_ids": None,
-          "block_hashes": [], "parent_block_hash": None, "block_size_tokens": 16,
-          "registration_lengths": [16 * (j + 1) for j in range(keys.size)],
-          "registration_keys": keys.tolist(), "engine_seq": -1, "timestamp_ms": 0}  # fmt: skip
-    prod.produce(cfg.topics.kv_events, codec.encode("KvEvent", ev), int32_key(0))
+    for w in range(cfg.kv_events_partitions):  # every kv-events partition (workers w -> w % P)
+        ev = event(w, int(region[w]), keys + w, list(range(16, 16 * keys.size + 1, 16)), -1 - w)
+        prod.produce(cfg.topics.kv_events, codec.encode("KvEvent", ev), int32_key(w))
     prod.flush(30)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         sync.poll(50_000, 0.05)
         if all(sync.view.lookup_value(0, int(k)) & 3 == 1 for k in keys):
@@ -166,32 +177,73 @@ def _warm_up(cfg: PipelineConfig, sync: PatchFollower, prod: Any, codec: AvroCod
     raise TimeoutError("warm-up events never became visible")
 
 
-def latency(cfg: PipelineConfig, rate: float, seconds: float, event_keys: int, probe_every: int,
-            seed: int) -> dict[str, Any]:  # fmt: skip
+def throughput(cfg: PipelineConfig, n_events: int, seed: int, urls: list[str],
+               workers: list[subprocess.Popen[bytes]]) -> dict[str, Any]:  # fmt: skip
+    """A backlog of ``n_events`` written to kv-events as fast as this process can (warmed
+    workers already running), then drained: events/s from the first record produced to the
+    last key-op applied, and the CPU each process spent per event meanwhile."""
+    dep = builtin_deployment(DEP_NAME)
+    layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
+    codec = AvroCodec(InProcessRegistry())
+    sync = follow(cfg, layout, Levels.from_deployment(dep).matrix, None)
+    prod = Producer(librdkafka_conf(cfg, {**SIDECAR_PRODUCER, "linger.ms": 20,
+                                          "queue.buffering.max.messages": 2_000_000}))  # fmt: skip
+    _warm_up(cfg, sync, prod, codec, np.asarray(dep.worker_region))
+    sync.close()  # the view is not measured here: this process only writes the backlog
+    events = make_events(n_events, seed)
+    want = key_ops(urls) + sum(int(e[3].size) for e in events)
+    broker = broker_pid()
+    cpu0 = [sum(cpu_s(w.pid) for w in workers), cpu_s(broker) if broker else float("nan")]
+    load0 = os.getloadavg()[0]
+    topic = cfg.topics.kv_events
+    first = time.perf_counter()  # the drain counts from the first record produced
+    for value, key, _, _ in events:
+        while True:
+            try:
+                prod.produce(topic, value, key)
+                break
+            except BufferError:
+                prod.poll(0.01)
+        prod.poll(0)
+    prod.flush(120)
+    deadline = time.monotonic() + 600
+    done = key_ops(urls)
+    while done < want and time.monotonic() < deadline:
+        time.sleep(0.1)
+        done = key_ops(urls)
+    span = time.perf_counter() - first
+    if done < want:
+        raise TimeoutError(f"backlog not drained: {done} of {want} key-ops")
+    cpu = [sum(cpu_s(w.pid) for w in workers) - cpu0[0],
+           (cpu_s(broker) - cpu0[1]) if broker else float("nan")]  # fmt: skip
+    return {"backlog_events": n_events, "drain_s": span,
+            "drained_events_per_s": n_events / max(span, 1e-9),
+            "drain_cpu_us_per_event": {"workers": cpu[0] / n_events * 1e6,
+                                       "broker": cpu[1] / n_events * 1e6},
+            "drain_load_avg_1m": [load0, os.getloadavg()[0]]}  # fmt: skip
+
+
+def latency(cfg: PipelineConfig, rate: float, seconds: float, probe_every: int, seed: int,
+            workers: list[subprocess.Popen[bytes]]) -> dict[str, Any]:  # fmt: skip
     dep = builtin_deployment(DEP_NAME)
     layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
     region = np.asarray(dep.worker_region)
     codec = AvroCodec(InProcessRegistry())
-    rng = np.random.default_rng(seed)
     n_events = int(rate * seconds)
+    events = make_events(n_events, seed)
     sync = follow(cfg, layout, Levels.from_deployment(dep).matrix, None)
     sync.catch_up(60)
-    prod = Producer(librdkafka_conf(cfg, {"linger.ms": 1}))
+    # the sidecar's producer settings (workers.sinks): what each event waits before the wire
+    prod = Producer(librdkafka_conf(cfg, SIDECAR_PRODUCER))
     _warm_up(cfg, sync, prod, codec, region)
-    events: list[tuple[bytes, bytes, int, np.ndarray]] = []
-    for i in range(n_events):
-        w = int(rng.integers(0, layout.n_workers))
-        keys = rng.integers(1, 2**62, event_keys, dtype=np.int64)
-        ev = {"worker_id": w, "region_id": int(region[w]), "model": "bench",
-              "sharing_group": None, "op": "STORED", "tier": "VRAM",
-              "token_count": 16 * event_keys, "token_ids": None, "block_hashes": [],
-              "parent_block_hash": None, "block_size_tokens": 16,
-              "registration_lengths": [16 * (j + 1) for j in range(event_keys)],
-              "registration_keys": keys.tolist(), "engine_seq": i,
-              "timestamp_ms": 0}  # fmt: skip
-        events.append((codec.encode("KvEvent", ev), int32_key(w), w, keys.astype(np.uint64)))
+    sync.applier.event_to_view = LagHistogram()  # count the measured events only
+    sync.applier.patch_to_view = LagHistogram()
     pending: list[tuple[float, int, int, np.ndarray]] = []
     lat_ms: list[float] = []
+    broker = broker_pid()
+    cpu0 = {"worker": sum(cpu_s(w.pid) for w in workers), "bench": time.process_time(),
+            "broker": cpu_s(broker) if broker else float("nan")}  # fmt: skip
+    load0 = os.getloadavg()[0]
     start = time.perf_counter()
     sent = 0
     topic = cfg.topics.kv_events
@@ -220,16 +272,30 @@ def latency(cfg: PipelineConfig, rate: float, seconds: float, event_keys: int, p
         if sent >= n_events and time.perf_counter() - start > seconds + 60:
             break
     took = time.perf_counter() - start
+    cpu = {"worker": sum(cpu_s(w.pid) for w in workers) - cpu0["worker"],
+           "bench": time.process_time() - cpu0["bench"],
+           "broker": (cpu_s(broker) - cpu0["broker"]) if broker else float("nan")}  # fmt: skip
+    view_lag = sync.applier.event_to_view
+    fetch = sync.applier.patch_to_view
     sync.close()
     arr = np.array(lat_ms)
     return {
         "offered_events_per_s": rate,
         "achieved_events_per_s": n_events / max(took, 1e-9),
+        "keys_per_event": float(np.mean([e[3].size for e in events])),
+        "bytes_per_event": float(np.mean([len(e[0]) for e in events])),
         "probes": int(arr.size),
         "lost_probes": int(np.isinf(arr).sum()),
         "visible_p50_ms": float(np.percentile(arr, 50, method="nearest")),
         "visible_p99_ms": float(np.percentile(arr, 99, method="nearest")),
         "visible_max_ms": float(arr.max()),
+        "view_lag_p50_ms": view_lag.quantile(0.5),
+        "view_lag_p99_ms": view_lag.quantile(0.99),
+        "fetch_apply_p50_ms": fetch.quantile(0.5),
+        "fetch_apply_p99_ms": fetch.quantile(0.99),
+        "cpu_us_per_event": {k: v / max(n_events, 1) * 1e6 for k, v in cpu.items()},
+        "load_avg_1m": [load0, os.getloadavg()[0]],
+        "view_lag_histogram": view_lag,
     }
 
 
@@ -237,13 +303,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--n-shards", type=int, default=4)
+    ap.add_argument("--kv-partitions", type=int, default=4, help="kv-events partitions")
+    ap.add_argument("--processes", type=int, default=1, help="maintenance processes (one group)")
     ap.add_argument("--op-records", type=int, default=2_000, help="records of 64 runs each")
     ap.add_argument("--keys-per-run", type=int, default=4)
+    ap.add_argument("--skip-backlog", action="store_true", help="no index-ops backlog phase")
+    ap.add_argument("--backlog-events", type=int, default=0,
+                    help="kv-events backlog drained by warmed workers (0: skip)")  # fmt: skip
     ap.add_argument("--rate", type=float, default=10_000.0)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--event-keys", type=int, default=4)
     ap.add_argument("--probe-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=20261201)
+    ap.add_argument("--lag-out", type=Path, default=None,
+                    help="write the view's event->view lag histogram (JSON) here")  # fmt: skip
     args = ap.parse_args()
 
     broker = None
@@ -258,30 +330,69 @@ def main() -> int:
 
     def fresh(tag: str) -> PipelineConfig:
         prefix = f"bench-{tag}-{os.getpid()}-{int(time.time())}."
-        c = PipelineConfig(bootstrap_servers=bootstrap, n_shards=args.n_shards, topic_prefix=prefix)
+        c = PipelineConfig(
+            bootstrap_servers=bootstrap,
+            n_shards=args.n_shards,
+            topic_prefix=prefix,
+            kv_events_partitions=args.kv_partitions,
+        )
         ensure_topics(AdminClient(librdkafka_conf(bootstrap)), c)
         return c
 
-    def ready(log: Path) -> None:
-        deadline = time.monotonic() + 120
-        while b"Worker ready" not in log.read_bytes() and time.monotonic() < deadline:
+    def ready(log: Path) -> str:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            text = log.read_bytes()
+            m = re.search(rb"pipeline metrics on (\S+)", text)
+            if m:  # the warm-up then waits until every shard answers
+                return m.group(1).decode()
             time.sleep(0.2)
+        raise TimeoutError(f"worker not ready: {log}")
 
     procs: list[subprocess.Popen[bytes]] = []
+    out: dict[str, Any] = {"n_shards": args.n_shards, "processes": args.processes}
     try:
-        # phase 1: a backlog drained by a worker started after it was written
-        cfg = fresh("ops")
-        key_ops = backlog(cfg, args.op_records, args.keys_per_run, args.seed)
-        procs.append(start_worker(cfg, tmp / "worker-ops.log", ["--initial-capacity", "65536"]))
-        span_s, patch_records = drained_span_s(cfg, 600)
-        procs[-1].terminate()
-        procs[-1].wait(30)
-        # phase 2: a fresh worker and topics, events at a fixed rate
+        if not args.skip_backlog:  # phase 1: a backlog drained by a worker started after it
+            cfg = fresh("ops")
+            key_ops = backlog(cfg, args.op_records, args.keys_per_run, args.seed)
+            procs.append(start_worker(cfg, tmp / "worker-ops.log",
+                                      ["--initial-capacity", "65536"]))  # fmt: skip
+            span_s, patch_records = drained_span_s(cfg, 600)
+            procs[-1].terminate()
+            procs[-1].wait(30)
+            out.update(key_ops=key_ops, op_records=args.op_records, drain_s=span_s,
+                       ops_per_s=key_ops / span_s, patch_records=patch_records,
+                       patch_records_per_s=patch_records / span_s)  # fmt: skip
+        if args.backlog_events:  # phase 2: a kv-events backlog through warmed workers
+            cfg = fresh("thr")
+            workers = [start_worker(cfg, tmp / f"worker-thr-{i}.log", ["--metrics-port", "0"])
+                       for i in range(args.processes)]  # fmt: skip
+            procs.extend(workers)
+            urls = [ready(tmp / f"worker-thr-{i}.log") for i in range(args.processes)]
+            out.update(throughput(cfg, args.backlog_events, args.seed + 2, urls, workers))
+            for w in workers:
+                w.terminate()
+                w.wait(30)
+        if not args.rate:
+            return _report(out, args.json)
+        # phase 3: fresh workers (one consumer group) and topics, events at a fixed rate
         cfg = fresh("lat")
-        procs.append(start_worker(cfg, tmp / "worker-lat.log", []))
-        ready(tmp / "worker-lat.log")
-        lat = latency(cfg, args.rate, args.seconds, args.event_keys, args.probe_every,
-                      args.seed + 1)  # fmt: skip
+        workers = [start_worker(cfg, tmp / f"worker-lat-{i}.log", ["--metrics-port", "0"])
+                   for i in range(args.processes)]  # fmt: skip
+        procs.extend(workers)
+        urls = [ready(tmp / f"worker-lat-{i}.log") for i in range(args.processes)]
+        lat = latency(cfg, args.rate, args.seconds, args.probe_every, args.seed + 1, workers)
+        lag = lat.pop("view_lag_histogram")
+        if args.lag_out is not None:
+            args.lag_out.write_text(json.dumps({
+                "what": "event->view lag (ms) of bench/pipeline.py's view", "bounds_ms":
+                BOUNDS_MS.tolist(), "counts": lag.counts.tolist(), "rate": args.rate,
+                "processes": args.processes, "date": time.strftime("%Y-%m-%d"),
+            }) + "\n")  # fmt: skip
+        out.update(lat)
+        out["hops"] = scrape_hops(urls)
+        out["hops"]["fetch_apply"] = {"p50_ms": lat["fetch_apply_p50_ms"],
+                                      "p99_ms": lat["fetch_apply_p99_ms"]}  # fmt: skip
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -289,16 +400,26 @@ def main() -> int:
                 proc.wait(30)
         if broker is not None:
             broker.down()
-    out = {"key_ops": key_ops, "op_records": args.op_records,
-           "keys_per_run": args.keys_per_run, "drain_s": span_s,
-           "ops_per_s": key_ops / span_s, "patch_records": patch_records,
-           "patch_records_per_s": patch_records / span_s, "n_shards": args.n_shards,
-           **lat}  # fmt: skip
-    if args.json:
+    return _report(out, args.json)
+
+
+def _report(out: dict[str, Any], as_json: bool) -> int:
+    if as_json:
         print(json.dumps(out))
-    else:
-        for k, v in out.items():
-            print(f"{k:>24}: {v:,.1f}" if isinstance(v, float) else f"{k:>24}: {v}")
+        return 0
+    for k, v in out.items():
+        if isinstance(v, dict):
+            continue
+        print(f"{k:>24}: {v:,.1f}" if isinstance(v, float) else f"{k:>24}: {v}")
+    for what in ("drain_cpu_us_per_event", "cpu_us_per_event"):
+        if what in out:
+            print(f"\n{what}: " + ", ".join(f"{k} {v:,.1f}" for k, v in out[what].items()))
+    if "hops" not in out:
+        return 0
+    print("\nhop                     P50 ms     P99 ms")
+    for hop in (*HOPS, "fetch_apply"):
+        h = out["hops"].get(hop, {"p50_ms": float("nan"), "p99_ms": float("nan")})
+        print(f"{hop:<20} {h['p50_ms']:>9.1f}  {h['p99_ms']:>9.1f}")
     return 0
 
 

@@ -55,6 +55,7 @@ from e2e.process import Child, ClusterError, Spawner, child_env
 from e2e.readiness import Patience, Watched, wait_for, wait_until_ready
 from e2e.spec import ClusterSpec
 from kvcompass.deployment import Deployment
+from pipeline.rechunk_consumer import rechunk_group
 from wire.config import PipelineConfig
 from wire.deployments import load_deployment
 from wire.kafka_clients import librdkafka_conf
@@ -301,9 +302,8 @@ class LocalCluster:
 
     def _quiescence_gap(self) -> str:
         """'' when quiescent, else what is still behind."""
-        lag = probes.group_lag(
-            self.bootstrap, self.app_id, [self.topics.kv_events, self.topics.index_ops]
-        )
+        lag = probes.group_lag(self.bootstrap, rechunk_group(self.app_id), [self.topics.kv_events])
+        lag |= probes.group_lag(self.bootstrap, self.app_id, [self.topics.index_ops])
         behind = {f"{t}[{p}]": n for (t, p), n in lag.items() if n}
         if behind:
             return f"maintenance group {self.app_id} lags {behind}"

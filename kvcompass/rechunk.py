@@ -142,9 +142,10 @@ def check_lengths(event: Mapping[str, Any]) -> None:
         raise InvalidEvent(f"block_size_tokens: expected >= 1; got {block}")
     lengths = event.get("registration_lengths")
     if lengths is not None:
-        bad = [int(n) for n in lengths if int(n) < 1]
-        if bad:
-            raise InvalidEvent(f"registration_lengths: expected lengths >= 1; got {bad[:8]}")
+        arr = np.asarray(lengths, dtype=np.int64)
+        if arr.size and int(arr.min()) < 1:
+            bad = arr[arr < 1][:8].tolist()
+            raise InvalidEvent(f"registration_lengths: expected lengths >= 1; got {bad}")
         keys = event.get("registration_keys")
         if keys is not None and len(keys) != len(lengths):
             raise InvalidEvent(

@@ -3,13 +3,15 @@
 The one module of the project that imports Faust. ``build_app`` makes the app (web server off and
 bound to 127.0.0.1, at_least_once, in-memory tables) and registers:
 
-- ``rechunk``: ``kv-events`` -> ``index-ops`` (one record per source event and shard).
+- ``rechunk`` (an app task, not an agent): ``kv-events`` -> ``index-ops`` (one record per take
+  and shard), through ``pipeline.rechunk_consumer`` (librdkafka's batched consume: Faust's
+  per-record path alone cost more than the whole per-event budget, see that module).
 - ``maintain``: ``index-ops`` -> ``index-patches``; ``isolated_partitions=True`` gives one actor
   per partition, i.e. per shard, so each shard has exactly one writer in the process and its
   records are applied in offset order.
 
-Both use ``stream.take_events`` (values plus Kafka coordinates) so one core call covers many
-records. A take is retried until done and its events are never acknowledged unless it was
+Both take batches (values plus Kafka coordinates) so one core call covers many records. A take
+is retried until done and its records are never acknowledged (committed) unless it was
 (``pipeline.progress``). Must not: decode, validate or decide anything (``PipelineShell`` does).
 """
 
@@ -25,6 +27,7 @@ from mode.utils.times import rate_limit
 
 from pipeline.progress import StepAbandoned, withheld_on_error, withhold
 from pipeline.reads import Raw
+from pipeline.rechunk_consumer import RechunkConsumer, rechunk_group
 from pipeline.shell import PipelineShell, WorkerSettings
 from wire.config import PipelineConfig
 from wire.kafka_clients import aiokafka_kwargs
@@ -60,26 +63,22 @@ class RebalanceSupervisor(OneForOneSupervisor):
 
 
 def register_agents(app: faust.App, shell: PipelineShell) -> None:
-    """Declare the two topics (raw bytes) and attach the agents to ``app``."""
+    """Declare ``index-ops`` (raw bytes) and attach the maintenance agent and the rechunk task
+    (``pipeline.rechunk_consumer``: kv-events through librdkafka's batched consume) to ``app``."""
     t = shell.topics
     take_max, within = shell.settings.take_max, shell.settings.take_within_s
-    kv_events = app.topic(t.kv_events, key_type=bytes, value_type=bytes,
-                          key_serializer="raw", value_serializer="raw")  # fmt: skip
     index_ops = app.topic(t.index_ops, key_type=bytes, value_type=bytes,
                           key_serializer="raw", value_serializer="raw")  # fmt: skip
 
+    async def rechunk() -> None:
+        group = rechunk_group(app.conf.id)
+        await RechunkConsumer(shell, shell.settings.config, group, take_max, within).run()
+
+    app.task(rechunk)
+
     # Stopping while held: the take is abandoned (``StepAbandoned``) and stays unacknowledged;
     # Faust's shutdown waits until every message handed to a stream is acknowledged, so the
-    # agents keep draining their streams, withholding what they no longer process.
-    @app.agent(kv_events, name="rechunk", supervisor_strategy=RebalanceSupervisor)
-    async def rechunk(stream: Any) -> None:
-        async for events in stream.take_events(take_max, within=within):
-            if shell.hold.stopping:
-                withhold(events)
-                continue
-            with contextlib.suppress(StepAbandoned), withheld_on_error(events):
-                await shell.rechunk_until_done([_raw(e) for e in events])
-
+    # agent keeps draining its stream, withholding what it no longer processes.
     @app.agent(index_ops, name="maintain", isolated_partitions=True,
                supervisor_strategy=RebalanceSupervisor)  # fmt: skip
     async def maintain(stream: Any) -> None:

@@ -93,10 +93,15 @@ class NullProducer:
         return 0
 
 
+LINGER_MS = 5
+"""The sidecars' and edges' ``linger.ms``: what an event may wait for companions before the wire
+(bench/pipeline.py shows it in the ``kv_events`` hop)."""
+
+
 class KafkaProducer:
     """Idempotent confluent-kafka producer; ``delivered`` / ``failed`` count delivery reports."""
 
-    def __init__(self, broker: str | PipelineConfig, *, linger_ms: int = 5) -> None:
+    def __init__(self, broker: str | PipelineConfig, *, linger_ms: int = LINGER_MS) -> None:
         """``broker``: the config (address and security settings) or a bare address."""
         self._producer = Producer(
             librdkafka_conf(broker, {"enable.idempotence": True, "linger.ms": linger_ms})

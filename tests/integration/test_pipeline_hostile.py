@@ -31,6 +31,7 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType  # (the package does not re-export)
 
 from kvcompass.layout import TableLayout
+from pipeline.rechunk_consumer import rechunk_group
 from tests.integration.test_pipeline_worker import (
     DEP,
     LEVELS,
@@ -93,8 +94,9 @@ def _high(cfg: PipelineConfig, topic: str, partition: int) -> int:
 
 
 def _committed(cfg: PipelineConfig, topic: str, partition: int) -> int:
-    c = Consumer({"bootstrap.servers": cfg.bootstrap_servers,
-                  "group.id": f"{cfg.topic_prefix}kvcompass-pipeline"})  # fmt: skip
+    app = f"{cfg.topic_prefix}kvcompass-pipeline"  # kv-events: its rechunk stage's group
+    group = rechunk_group(app) if topic == cfg.topics.kv_events else app
+    c = Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": group})
     try:
         return int(c.committed([TopicPartition(topic, partition)], timeout=10)[0].offset)
     finally:

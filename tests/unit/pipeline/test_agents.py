@@ -44,20 +44,20 @@ def test_agents_pass_raw_records_with_coordinates__test_context() -> None:
     shell = FakeShell()
     app = _app(shell)
     agents = {a.name.rsplit(".", 1)[-1]: a for a in app.agents.values()}
-    assert set(agents) >= {"rechunk", "maintain"}
+    assert set(agents) == {"maintain"}  # rechunk is a task (pipeline.rechunk_consumer)
     assert agents["maintain"].isolated_partitions
 
     async def run() -> None:
-        async with agents["rechunk"].test_context() as agent:
+        async with agents["maintain"].test_context() as agent:
             await agent.put(b"v1", key=b"k1", partition=2, wait=False)
             await agent.put(b"v2", key=b"k2", partition=2, wait=False)
             for _ in range(100):
-                if len(shell.rechunked) == 2:
+                if sum(len(b) for b in shell.maintained) == 2:
                     break
                 await asyncio.sleep(0.02)
 
     asyncio.run(run())
-    got = [(r.partition, r.offset, r.key, r.value) for r in shell.rechunked]
+    got = [(r.partition, r.offset, r.key, r.value) for b in shell.maintained for r in b]
     assert got == [(2, 0, b"k1", b"v1"), (2, 1, b"k2", b"v2")]
 
 
@@ -68,11 +68,11 @@ def test_agents_withhold_takes_once_stopping__nothing_processed_nothing_acked() 
     agents = {a.name.rsplit(".", 1)[-1]: a for a in app.agents.values()}
 
     async def run() -> None:
-        async with agents["rechunk"].test_context() as agent:
+        async with agents["maintain"].test_context() as agent:
             event = await agent.put(b"v1", key=b"k1", partition=0, wait=False)
             for _ in range(50):
                 await asyncio.sleep(0.02)
             assert event.message.acked  # withheld: Faust's own ack becomes a no-op
 
     asyncio.run(run())
-    assert shell.rechunked == []
+    assert shell.maintained == []
