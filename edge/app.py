@@ -283,7 +283,9 @@ async def models(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     e = request.app[EDGE]
-    text = e.service.metrics.render(gauges(e))
+    f = e.patch_follower
+    lag = [] if f is None else [("index_lag_ms", f.applier.event_to_view)]
+    text = e.service.metrics.render(gauges(e), lag)
     return web.Response(body=text.encode("utf-8"), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 

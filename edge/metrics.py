@@ -19,8 +19,10 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from kvcompass.lag import LagHistogram
 
 PREFIX = "kvc_edge_"
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -59,6 +61,8 @@ HELP: dict[str, str] = {
     "queue_estimate_ms": "queueing estimate Tq per worker, ms",
     "queue_staleness_ms": "ms since each worker's queue estimate was refreshed",
     "view_staleness_ms": "ms since a patch was last applied to the view",
+    "index_lag_ms": "ms from a worker's cache event (its sidecar's produce) to its patches "
+    "applied to this edge's view (the index allowance the pending holders use)",
     "view_last_seq": "last applied patch sequence per shard",
     "views_present": "view files present",
     "open_requests": "requests this edge is serving (received, not yet answered)",
@@ -96,17 +100,25 @@ def _family(kind: str, name: str, samples: list[tuple[Labels, float]]) -> Metric
 class _Snapshot(Collector):
     """One scrape: the counters as they are now and the gauges read for this scrape."""
 
-    def __init__(self, counters: dict[str, list[tuple[Labels, float]]], gauges: Iterable[Sample]):
+    def __init__(self, counters: dict[str, list[tuple[Labels, float]]], gauges: Iterable[Sample],
+                 histograms: Iterable[tuple[str, LagHistogram]] = ()) -> None:  # fmt: skip
         self.counters = counters
         self.gauges: dict[str, list[tuple[Labels, float]]] = {}
         for name, labels, value in gauges:
             self.gauges.setdefault(name, []).append((labels, value))
+        self.histograms = list(histograms)
 
     def collect(self) -> Iterator[Metric]:
         for name, samples in self.counters.items():
             yield _family("counter", name, samples)
         for name, samples in self.gauges.items():
             yield _family("gauge", name, samples)
+        for name, h in self.histograms:
+            fam = HistogramMetricFamily(PREFIX + name, HELP.get(name, "kvc_edge histogram"))
+            buckets = [("+Inf" if b == float("inf") else repr(b), float(c))
+                       for b, c in h.cumulative()]  # fmt: skip
+            fam.add_metric([], buckets, h.sum_ms)
+            yield fam
 
 
 class Metrics:
@@ -134,11 +146,12 @@ class Metrics:
         """Sum of a counter over all its label sets."""
         return sum(v for (n, _), v in self._counters.items() if n == name)
 
-    def render(self, gauges: Iterable[Sample] = ()) -> str:
-        """The exposition (``CONTENT_TYPE``): every counter, then the given gauges."""
+    def render(self, gauges: Iterable[Sample] = (),
+               histograms: Iterable[tuple[str, LagHistogram]] = ()) -> str:  # fmt: skip
+        """The exposition (``CONTENT_TYPE``): every counter, the given gauges and histograms."""
         by_name: dict[str, list[tuple[Labels, float]]] = {}
         for (name, labels), v in sorted(self._counters.items()):
             by_name.setdefault(name, []).append((labels, v))
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Snapshot(by_name, gauges))
+        registry.register(_Snapshot(by_name, gauges, histograms))
         return generate_latest(registry).decode("utf-8")

@@ -72,13 +72,25 @@ async def _pause(stop: asyncio.Event) -> None:
         await asyncio.wait_for(stop.wait(), 1.0)
 
 
+LAG_TELL_PERIOD_MS = 1_000.0
+"""How often the deciders get the view's observed event -> view lag P99 (cheap either way)."""
+
+
 def _hooks(edge: EdgeApp) -> FollowerHooks:
     svc, topic = edge.service, edge.pipeline.patches_topic
     m = svc.metrics
 
     def applied(shard: int) -> None:
-        svc.view_applied_ms = svc.clock_ms()
+        now = svc.view_applied_ms = svc.clock_ms()
         m.inc("patches_applied_total")
+        f = edge.patch_follower
+        if f is not None and now - lag_told[0] >= LAG_TELL_PERIOD_MS:  # the observed allowance
+            lag_told[0] = now
+            p99 = f.applier.event_to_view.quantile(0.99)
+            for d in svc.deciders.values():
+                d.set_index_marks(f.applier.marks, p99)
+
+    lag_told = [-math.inf]
 
     return FollowerHooks(
         applied=applied,
@@ -281,6 +293,8 @@ def open_followers(edge: EdgeApp, sink: ProducerPort) -> tuple[PatchFollower, Qu
         # librdkafka's own view of each partition (leader, fetch state), for the stall reports
         stats_interval_ms=int(edge.config.patch_stall_check_ms),
     )  # fmt: skip
+    for d in edge.service.deciders.values():  # pending holders last until the view has them
+        d.set_index_marks(patches.applier.marks)
     dead = DeadLetters(sink, edge.service.codec, cfg.topics.dead_letters,
                        f"edge-{edge.config.region}")  # fmt: skip
     queues = QueueVectorFollower(edge, Consumer(consumer_conf(cfg, "edge-queues")), dead)

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from kvcompass.index_view import IndexView, Offer
 from kvcompass.lag import LagHistogram
 from kvcompass.ludo import LudoView, PatchKind
@@ -57,6 +59,10 @@ class PatchApplier:
         self._buffer: dict[int, list[tuple[int, PatchRecord]]] = {}
         self._bad_records = 0
         self._times: dict[int, tuple[int, int]] = {}
+        self.marks = np.full(view.n_shards, -np.inf)
+        """Per shard, this view reflects every event produced up to then (ms, the sidecars'
+        clock): the newest ``source_produced_ms`` applied (each batch's oldest source event).
+        Updated in place, so a decider handed the array reads it current."""
         self.event_to_view = LagHistogram()
         """ms from a source event's produce (the sidecar's clock) to its batch applied here."""
         self.patch_to_view = LagHistogram()
@@ -141,6 +147,8 @@ class PatchApplier:
                 now = self.clock_ms()
                 if produced_ms >= 0:
                     self.event_to_view.observe([now - produced_ms])
+                    if produced_ms > self.marks[sp.shard]:
+                        self.marks[sp.shard] = produced_ms
                 if made_ms >= 0:
                     self.patch_to_view.observe([now - made_ms])
                 self.stats.applied += 1

@@ -67,6 +67,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvcompass.decider.booking import RegionBooking
+from kvcompass.decider.paths import HOLD_CAP_FLOOR_MS, REGISTRATION_SLACK_MS
 from kvcompass.decider.plans import DeciderPaths, ForwardRecord, Plan, Sent, Verdict
 from kvcompass.decider.vector import QueueVector, Shortlist
 from kvcompass.discovery import EdgeDiscovery, Lookup
@@ -120,6 +121,9 @@ class Decider:
         """When remote estimates were last checked for age (``QueueView.expire_stale``)."""
         self._read_q: dict[int, tuple[float, float]] = {}
         """Local worker -> (queue ms, taken ms) of its latest poll answer (booking off)."""
+        self._marks: NDArray[np.float64] | None = None
+        """Per shard, the view reflects every event produced up to then (``set_index_marks``)."""
+        self._hold_cap_ms = HOLD_CAP_FLOOR_MS
 
     @classmethod
     def for_deployment(
@@ -195,8 +199,7 @@ class Decider:
             wait = float(view.queue_ms[w] + view.pending_ms[w])
             self.router.on_forward(d, now_ms, arrive)
         if self.overlay is not None and lk.keys.size:
-            done = arrive + wait + work
-            self.overlay.hold(lk.lengths, lk.keys, w, done + self._confirm[r])
+            self._hold(lk, w, arrive + wait + work)
         claimed = {w: d.claimed_tokens}
         if plan.shortlist is not None:
             sl = plan.shortlist
@@ -326,8 +329,7 @@ class Decider:
         if self.overlay is not None and lk.keys.size:
             if worker != fwd.plan.worker:
                 self.overlay.release(lk.keys, fwd.plan.worker)
-            done = now_ms - self._one_way[r][self.origin]
-            self.overlay.hold(lk.lengths, lk.keys, worker, done + self._confirm[r])
+            self._hold(lk, worker, now_ms - self._one_way[r][self.origin])
         if reused_tokens is None:
             fwd.plan = fwd.plan._replace(worker=worker)
             fwd.booked = False
@@ -450,6 +452,28 @@ class Decider:
             return
         self.router.queue_view.on_peer_forward(region, worker, arrive_ms, work_ms)
 
+    # -- the index's position ----------------------------------------------------------------
+    def set_index_marks(self, marks: NDArray[np.float64] | None, lag_p99_ms: float = 0.0) -> None:
+        """The view's watermarks (per shard: every event produced up to then is reflected; the
+        shell keeps the array current in place) and its observed event -> view lag P99. With
+        marks, a pending holder lasts until the view reflects its registration (confirmed, or
+        never made), whatever the lag; without them, until the derived path deadline. The lag
+        only bounds how long a stalled view is covered: ``HOLD_CAP_FLOOR_MS`` or 10 P99s."""
+        self._marks = marks
+        if np.isfinite(lag_p99_ms) and lag_p99_ms > 0:
+            self._hold_cap_ms = max(HOLD_CAP_FLOOR_MS, 10.0 * lag_p99_ms)
+
+    def _hold(self, lk: Lookup, worker: int, done_ms: float) -> None:
+        """Count ``lk``'s prefix as held by ``worker``, whose prefill ends at ``done_ms``."""
+        assert self.overlay is not None
+        r = self._region[worker]
+        if self._marks is None:
+            self.overlay.hold(lk.lengths, lk.keys, worker, done_ms + self._confirm[r])
+            return
+        registered = done_ms + REGISTRATION_SLACK_MS
+        until = done_ms + max(self._confirm[r], self._hold_cap_ms)
+        self.overlay.hold(lk.lengths, lk.keys, worker, until, registered)
+
     # -- internals -------------------------------------------------------------------------------
     def _answer(self, lookup: Lookup, now_ms: float) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
         """The view's answer raised by the overlay; local estimates refreshed from the booking."""
@@ -469,5 +493,7 @@ class Decider:
         if self.booking is not None:
             self.router.set_local_queues(self.booking.waits(now_ms), now_ms, now_ms)
         if self.overlay is not None:
-            matched, tiers, _ = self.overlay.overlay(lookup.keys, matched, tiers, now_ms)
+            matched, tiers, _ = self.overlay.overlay(
+                lookup.keys, matched, tiers, now_ms, self._marks
+            )
         return matched, tiers

@@ -22,6 +22,17 @@ INDEX_PIPELINE_MS = 60.0
 (``SimConfig.index_batch_ms`` 10 + ``index_base_delay_ms`` 50), which bench/README's pipeline
 figures bracket (event → view P50 42–61 ms at 1K events/s on the dev VM)."""
 
+REGISTRATION_SLACK_MS = 25.0
+"""From a prefill's end to its registration's Kafka timestamp: the engine's KV event (SGLang
+publishes per scheduler step), the sidecar's bridge and its producer's ``linger.ms``
+(``wire.producer.LINGER_MS``, 5 ms), with room for the clock difference of two NTP-synced hosts.
+A watermark past ``done + this`` means the registration would be in the view by now."""
+
+HOLD_CAP_FLOOR_MS = 30_000.0
+"""The longest a pending holder covers a view that stops advancing (a stalled pipeline): past it
+the edge routes on the view alone again; ``/health`` has reported the stall well before
+(``wire.follower_watch``). Raised to 10 observed lag P99s when those are longer."""
+
 
 def edge_paths(
     deployment: Deployment,

@@ -30,6 +30,7 @@ def rehearse(d: Decider, tokens: NDArray[np.int32], now_ms: float) -> int:
     o = d.origin
     others = [r for r in range(int(d.worker_region.max()) + 1) if r != o]
     lk = d.lookup(tokens)
+    d.set_index_marks(np.full(4, -np.inf), 50.0)  # pending holders wait for the view's marks
     d.on_local_loads(local, np.full(local.size, 5.0), t, t)
     p = d.decide(1, lk, n, t)  # decided, booked, answered, used
     d.dispatch(p, t)
@@ -40,7 +41,7 @@ def rehearse(d: Decider, tokens: NDArray[np.int32], now_ms: float) -> int:
     d.undispatch(2, t + 4.0)
     d.dispatch(d.decide(3, lk, n, t + 5.0), t + 5.0)  # forgotten (no count came back)
     d.forget(3, t + 6.0)
-    calls += 12
+    calls += 13
     d.vector(t + 7.0)
     d.broadcast(t + 10_000.0)
     calls += 2

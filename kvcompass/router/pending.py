@@ -27,6 +27,7 @@ nobody claims it). Must not read the index or the clock: the shell passes keys a
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,8 +45,8 @@ class PendingHolders:
         if n_workers < 1:
             raise InvalidInputError(f"expected n_workers >= 1, got {n_workers}")
         self.n_workers = n_workers
-        # key -> {worker: (deadline ms, prefix tokens)}
-        self._entries: dict[int, dict[int, tuple[float, int]]] = {}
+        # key -> {worker: (deadline ms, prefix tokens, registered ms or -inf)}
+        self._entries: dict[int, dict[int, tuple[float, int, float]]] = {}
         # One heap entry per ``hold`` call, not per key: (deadline, seq, worker, keys it held).
         self._deadlines: list[tuple[float, int, int, list[int]]] = []
         self._seq = 0
@@ -59,10 +60,14 @@ class PendingHolders:
         keys: NDArray[np.uint64],
         worker: int,
         until_ms: float,
+        registered_ms: float = -math.inf,
     ) -> None:
         """``worker`` holds (or will hold) the prefix of ``lengths[i]`` tokens (key ``keys[i]``)
         until at least ``until_ms``: at forward time with the predicted deadline, again when the
-        response is back with the real one (a later deadline never shrinks)."""
+        response is back with the real one (a later deadline never shrinks). ``registered_ms``:
+        when the worker's registration of it is produced (edge clock); once the view reflects
+        every event of the key's shard produced up to then (``overlay``'s ``marks``), the view
+        answers alone, deadline or not."""
         if not 0 <= worker < self.n_workers:
             raise InvalidInputError(f"expected worker in [0, {self.n_workers}), got {worker}")
         if lengths.shape != keys.shape:
@@ -77,7 +82,8 @@ class PendingHolders:
                 holders = entries[key] = {}
             old = holders.get(worker)
             if old is None or old[0] < until_ms:
-                holders[worker] = (until_ms, n)
+                reg = registered_ms if old is None else max(old[2], registered_ms)
+                holders[worker] = (until_ms, n, reg)
                 held.append(key)
         if held:
             self._seq += 1
@@ -113,9 +119,13 @@ class PendingHolders:
         matched_tokens: NDArray[np.int64],
         tiers: NDArray[np.uint8],
         now_ms: float,
+        marks: NDArray[np.float64] | None = None,
     ) -> tuple[NDArray[np.int64], NDArray[np.uint8], int]:
         """The view's (W,) answer raised by the pending prefixes among ``keys`` at ``now_ms``.
 
+        ``marks[s]``: the view reflects every event of shard s produced up to then (its
+        watermark, ``wire.patch_applier``); an entry whose registration is that old is the
+        view's to answer and is dropped (confirmed, or never registered: evicted or lost).
         Returns (matched, tiers, raised): copies when something was raised (a raised worker's
         tier is VRAM: see the module docstring), the inputs themselves otherwise; ``raised`` is
         how many workers got a longer match.
@@ -125,13 +135,20 @@ class PendingHolders:
         if not entries:
             return matched_tokens, tiers, 0
         best: dict[int, int] = {}
+        n_marks = 0 if marks is None else int(marks.shape[0])
         for key in keys.tolist():
             holders = entries.get(key)
             if holders is None:
                 continue
-            for w, (_, n) in holders.items():
+            mark = float(marks[key % n_marks]) if marks is not None and n_marks else -math.inf
+            for w, (_, n, reg) in list(holders.items()):
+                if -math.inf < reg <= mark:  # the view reflects its registration: it answers
+                    del holders[w]
+                    continue
                 if n > best.get(w, 0):
                     best[w] = n
+            if not holders:
+                del entries[key]
         raised = [w for w, n in best.items() if n > int(matched_tokens[w])]
         if not raised:
             return matched_tokens, tiers, 0

@@ -68,6 +68,9 @@ class IndexPath:
         self._flush_due = False
         self._event_at = [0.0] * dep.n_workers  # last arrival at the MUs, per worker
         self._index_at = [0.0] * n_regions  # last patch delivery, per edge region
+        self.marks = [np.full(cfg.n_shards, -np.inf) for _ in range(n_regions)]
+        """Per edge region and shard: its view reflects every event published up to then (the
+        edge's ``wire.patch_applier`` marks), handed to that region's decider."""
         self.patch_bytes = 0
         self.patch_batches = 0
         self.patches_lost = 0
@@ -138,7 +141,7 @@ class IndexPath:
             self.patches_lost += 1
             return
         net, mu = self.ctx.network, self.maintenance_region
-        shipment = _Shipment(patches)
+        shipment = _Shipment(patches, min(b.at_ms for b in buf))
         for o in range(len(self.views)):
             # Patches of a shard travel one ordered partition: never overtake an earlier batch.
             at = max(now + cfg.index_delay_ms + net.sample_ms(mu, o), self._index_at[o])
@@ -149,15 +152,20 @@ class IndexPath:
         # Every edge's view applies the same patches: the first validates, the others trust.
         self.views[region].apply_all(shipment.patches, checked=shipment.checked)
         shipment.checked = True
+        marks = self.marks[region]  # as wire.patch_applier: each batch's oldest event
+        for p in shipment.patches:
+            marks[p.shard] = max(marks[p.shard], shipment.oldest_ms)
 
 
 class _Shipment:
-    """One window's patches on their way to every edge (``checked`` once one view applied them)."""
+    """One window's patches on their way to every edge (``checked`` once one view applied them;
+    ``oldest_ms``: when the window's oldest event was published, the edges' watermark)."""
 
-    __slots__ = ("checked", "patches")
+    __slots__ = ("checked", "oldest_ms", "patches")
 
-    def __init__(self, patches: list[ShardPatch]) -> None:
+    def __init__(self, patches: list[ShardPatch], oldest_ms: float) -> None:
         self.patches = patches
+        self.oldest_ms = oldest_ms
         self.checked = False
 
 

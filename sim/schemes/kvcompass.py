@@ -91,6 +91,8 @@ class KVCompass(Scheme):
             )
             for o in range(n)
         ]
+        for o, d in enumerate(self.deciders):  # pending holders last until the view has them
+            d.set_index_marks(self.path.marks[o])
         skew = float(cfg.edge_clock_skew_ms)
         drawn = ctx.rng.normal(0.0, skew, n) if skew > 0 else np.zeros(n)
         self.offset: list[float] = [float(x) for x in drawn]

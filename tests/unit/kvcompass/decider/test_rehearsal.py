@@ -43,4 +43,4 @@ def test_rehearse__calls_every_entry_point_of_the_decider(booking: bool) -> None
     if not booking:  # without a booking there is no relay to accept or refuse
         expected -= {"on_relay", "on_refused"}
     assert spy.called == expected
-    assert calls == (24 if booking else 17)
+    assert calls == (25 if booking else 18)
