@@ -51,13 +51,13 @@ from pipeline.checkpoint import Checkpointer, Snapshot, restore
 from pipeline.delivery import Delivery, DeliveryError
 from pipeline.progress import Hold
 from pipeline.reads import Raw, read_partition
-from wire.codec import AvroCodec, DecodeError, int32_key, worker_key_mismatch
+from wire.codec import AvroCodec, DecodeError, decode_patch_key, int32_key, worker_key_mismatch
 from wire.config import PipelineConfig
 from wire.dead_letter import DeadLetters, reason_code_of
 from wire.index_ops import decode_runs, encode_runs, split_runs_of
 from wire.kafka_clients import librdkafka_conf
 from wire.kv_event_batch import decode_take
-from wire.patches import PatchSink, decode_key, decode_value, encode_patch
+from wire.patches import PatchSink, decode_value, encode_patch
 from wire.registry import registry_from_url
 
 log = logging.getLogger(__name__)
@@ -382,7 +382,7 @@ class PipelineShell:
             if r.key is None:
                 continue
             try:
-                key = decode_key(r.key)
+                key = decode_patch_key(r.key).as_tuple()
                 seq = (
                     None
                     if r.value is None

@@ -61,8 +61,9 @@ HEADER_BYTES = 5
 _AVRO = "AVRO"
 
 PATCH_KEY_VERSION = 1
-_PATCH_KEY = struct.Struct(">BIIIBQ")
-PATCH_KEY_BYTES = _PATCH_KEY.size
+PATCH_KEY = struct.Struct(">BIIIBQ")
+"""The 22-byte patch key's layout (the module docstring): its one definition."""
+PATCH_KEY_BYTES = PATCH_KEY.size
 _U32_MAX = 0xFFFF_FFFF
 _U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
@@ -121,6 +122,10 @@ class PatchKey:
     epoch: int
     kind: PatchKind
     index: int
+
+    def as_tuple(self) -> tuple[int, int, int, int, int]:
+        """``(table, shard, epoch, kind, index)``: the maintenance side's ``PatchKeyTuple``."""
+        return (self.table, self.shard, self.epoch, int(self.kind), self.index)
 
 
 class AvroCodec:
@@ -240,14 +245,14 @@ def encode_patch_key(
         raise InvalidInputError(
             f"patch key kind: expected one of {[int(k) for k in PatchKind]}; got {kind}"
         ) from None
-    return _PATCH_KEY.pack(PATCH_KEY_VERSION, table, shard, epoch, kind, index)
+    return PATCH_KEY.pack(PATCH_KEY_VERSION, table, shard, epoch, kind, index)
 
 
 def decode_patch_key(data: bytes | bytearray | memoryview) -> PatchKey:
     """Inverse of ``encode_patch_key``; ``DecodeError`` on wrong size, version or kind."""
     if len(data) != PATCH_KEY_BYTES:
         raise DecodeError(f"patch key: expected {PATCH_KEY_BYTES} bytes; got {len(data)}")
-    version, table, shard, epoch, kind, index = _PATCH_KEY.unpack(data)
+    version, table, shard, epoch, kind, index = PATCH_KEY.unpack(data)
     if version != PATCH_KEY_VERSION:
         raise DecodeError(f"patch key: expected version {PATCH_KEY_VERSION}; got {version}")
     if kind >= len(PatchKind):

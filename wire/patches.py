@@ -22,7 +22,6 @@ Must not: decide what to send (``kvcompass.maintenance`` does) or hold index log
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -33,10 +32,15 @@ from kvcompass.index import ShardPatch
 from kvcompass.ludo import PatchBatch, PatchKind
 from kvcompass.maintenance import PatchKeyTuple
 from kvcompass.patch_stream import PatchRecord
-from wire.codec import HEADER_BYTES, MAGIC, DecodeError, encode_patch_key, value_header
+from wire.codec import (
+    HEADER_BYTES,
+    MAGIC,
+    PATCH_KEY,
+    DecodeError,
+    encode_patch_key,
+    value_header,
+)
 from wire.producer import ProducerPort
-
-_PATCH_KEY = struct.Struct(">BIIIBQ")
 
 
 def _zz(n: int) -> bytes:
@@ -69,7 +73,7 @@ def encode_records(
     tail_cache: dict[int, bytes] = {}
     prefix_cache: dict[tuple[int, int, int], bytes] = {}
     tail_rest = _tail(schema_id, source_offset, timestamp_ms, produced_ms)
-    pack = _PATCH_KEY.pack
+    pack = PATCH_KEY.pack
     out: list[tuple[bytes, bytes]] = []
     for r in records:
         pk = (r.table, r.shard, r.epoch)
@@ -134,11 +138,11 @@ def _rows(
 
 def _keys(table: int, shard: int, epoch: int, kind: int, ids: NDArray[np.int64]) -> list[bytes]:
     n = ids.shape[0]
-    m = np.empty((n, _PATCH_KEY.size), np.uint8)
-    m[:, :14] = np.frombuffer(_PATCH_KEY.pack(1, table, shard, epoch, kind, 0)[:14], np.uint8)
+    m = np.empty((n, PATCH_KEY.size), np.uint8)
+    m[:, :14] = np.frombuffer(PATCH_KEY.pack(1, table, shard, epoch, kind, 0)[:14], np.uint8)
     m[:, 14:] = ids.astype(">u8").view(np.uint8).reshape(n, 8)
     blob = m.tobytes()
-    w = _PATCH_KEY.size
+    w = PATCH_KEY.size
     return [blob[i : i + w] for i in range(0, n * w, w)]
 
 
@@ -251,16 +255,6 @@ def decode_value(schema_id: int, data: bytes) -> DecodedPatch:
         raise DecodeError(f"IndexPatch: {len(data) - pos} trailing bytes")
     rec = PatchRecord(table, shard, epoch, PatchKind(kind), index, seq, bytes(image))
     return DecodedPatch(rec, source_offset, ts, produced)
-
-
-def decode_key(data: bytes) -> PatchKeyTuple:
-    """``(table, shard, epoch, kind, index)`` of a 22-byte patch key; ``DecodeError`` if not."""
-    if len(data) != _PATCH_KEY.size:
-        raise DecodeError(f"patch key: expected {_PATCH_KEY.size} bytes; got {len(data)}")
-    version, t, s, e, k, i = _PATCH_KEY.unpack(data)
-    if version != 1 or k > 3:
-        raise DecodeError(f"patch key: expected version 1 and kind 0..3; got {version}, {k}")
-    return (t, s, e, k, i)
 
 
 class PatchSink:

@@ -26,10 +26,10 @@ from kvcompass.rechunk import EventRef, OpBatch, by_shard
 from pipeline.shell import PipelineShell, Raw, WorkerSettings
 from tests.kv_event_fixtures import DEP, event
 from tests.unit.pipeline.test_shell import FakeDelivery
-from wire.codec import AvroCodec, DecodeError, int32_key
+from wire.codec import AvroCodec, DecodeError, decode_patch_key, int32_key
 from wire.config import PipelineConfig
 from wire.index_ops import decode_op_batch, encode_op_batch
-from wire.patches import decode_key, decode_value, encode_patch
+from wire.patches import decode_value, encode_patch
 from wire.registry import InProcessRegistry
 
 CODEC = AvroCodec(InProcessRegistry())
@@ -259,7 +259,7 @@ def test_recovery_scan_skips_undecodable_patches__random_and_mutated(
         if k is None:
             continue
         try:
-            key = decode_key(k)
+            key = decode_patch_key(k).as_tuple()
             seq = None if v is None else decode_value(shell.sink.schema_id, v).record.seq
         except Exception:
             bad += 1

@@ -11,7 +11,7 @@ from kvcompass.ludo import PatchKind
 from kvcompass.patch_stream import PatchRecord, explode
 from tests.kv_event_fixtures import LAYOUT
 from wire.codec import AvroCodec, decode_patch_key
-from wire.patches import PatchSink, decode_key, decode_value, encode_records
+from wire.patches import PatchSink, decode_value, encode_records
 from wire.producer import MemoryProducer
 from wire.registry import InProcessRegistry
 
@@ -49,7 +49,7 @@ def test_encoded_value_equals_codec_and_decodes_back__any_record(
     })  # fmt: skip
     assert value == want
     k = decode_patch_key(key)
-    assert (k.table, k.shard, k.epoch, int(k.kind), k.index) == rec.key == decode_key(key)
+    assert (k.table, k.shard, k.epoch, int(k.kind), k.index) == rec.key == k.as_tuple()
     back = decode_value(SID, value)
     assert (back.record, back.source_offset, back.timestamp_ms) == (rec, offset, ts)
 
@@ -69,7 +69,7 @@ def test_sink_sends_images_then_tombstones_on_the_shard_partition__full_image() 
     assert all(r.value is not None for r in sent[:-1])
     decoded = [decode_value(SID, r.value or b"").record for r in sent[:-1]]
     assert decoded == images
-    assert sent[-1].value is None and decode_key(sent[-1].key or b"") == retired[0]
+    assert sent[-1].value is None and decode_patch_key(sent[-1].key or b"").as_tuple() == retired[0]
     assert (sink.records_sent, sink.tombstones_sent) == (len(images), 1)
 
 
