@@ -91,7 +91,16 @@ class RechunkConsumer:
         self.takes = 0
 
     def _take(self) -> list[Any]:
-        return list(self.consumer.consume(self.take_max, self.take_within_s))
+        """Up to ``take_max`` records: wait at most ``take_within_s`` for the first, then take
+        what has been fetched already without waiting. At a low rate an event goes on at once
+        (a fixed window would hold every one for it); at a high rate the records that arrived
+        while the last take was processed make the batch."""
+        first = self.consumer.consume(1, self.take_within_s)
+        if not first:
+            return []
+        return (
+            [*first, *self.consumer.consume(self.take_max - 1, 0)] if self.take_max > 1 else first
+        )
 
     async def run(self) -> None:
         """Until the shell stops (or the task is cancelled): take, hand over, commit."""

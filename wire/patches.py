@@ -278,10 +278,15 @@ class PatchSink:
         """Images of ``patches`` in order, then a tombstone per retired key; ``produced_ms``:
         the oldest source event's Kafka timestamp (-1: not from events)."""
         produce = self.producer.produce
+        batch = getattr(self.producer, "produce_batch", None)  # pipeline.delivery's: one count
         topic = self.topic
         for p in patches:
             keys, values = encode_patch(self.schema_id, p, source_offset, timestamp_ms, produced_ms)
             shard = p.shard
+            if batch is not None:
+                batch(topic, shard, keys, values)
+                self.records_sent += len(keys)
+                continue
             for key, value in zip(keys, values, strict=True):
                 try:
                     produce(topic, value, key, shard)
