@@ -10,10 +10,12 @@ Propagation (sim/README "who knows what, when"). A worker's cache events travel 
 (jittered; in order per worker, as a Kafka partition keyed by worker) to the maintenance units'
 region (``SimConfig.maintenance_region``, default the home region). Each ``index_batch_ms``
 window's events become one batch of index ops per shard; its patches reach the view of the edge
-in region o after ``index_delay_ms`` (pipeline + ``--index-delay-ms``) plus the jittered one-way
-WAN from the maintenance region to o, in order per region (an ordered partition, mirrored); a
-batch may be lost (``index_loss``, at the maintenance units, so for every region at once; a later
-batch of the same shard is still applied, as the view's sequencer allows gaps).
+in region o after the pipeline's delay (drawn from the measured event -> view lag,
+``sim.index_lag``, or ``index_delay_ms`` with ``index_delay_measured`` off; plus
+``--index-delay-ms``) plus the jittered one-way WAN from the maintenance region to o, in order
+per region (an ordered partition, mirrored); a batch may be lost (``index_loss``, at the
+maintenance units, so for every region at once; a later batch of the same shard is still
+applied, as the view's sequencer allows gaps).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kvcompass.index_view import IndexView
 from kvcompass.layout import TableLayout
 from kvcompass.shards import split_by_shard
 from kvcompass.types import Tier
+from sim.index_lag import median_lag_ms, sample_lag_ms
 from sim.schemes.base import CacheEventBatch, SchemeContext
 
 # index tier code of each change kind (stored: the batch's stored_tier, filled in per batch)
@@ -80,11 +83,20 @@ class IndexPath:
         region o (static matrix, a whole batch window): what the pending holders wait for."""
         net, mu, cfg = self.ctx.network, self.maintenance_region, self.ctx.config
         n = len(self.views)
-        path_ms = cfg.index_batch_ms + cfg.index_delay_ms
+        path_ms = cfg.index_batch_ms + self._pipeline_ms(median=True)
         return [
             [net.one_way_ms(r, mu) + path_ms + net.one_way_ms(mu, o) for o in range(n)]
             for r in range(n)
         ]
+
+    def _pipeline_ms(self, median: bool = False) -> float:
+        """The pipeline's part of a window's way to one view: drawn from the measured lag
+        (``sim.index_lag``) or the configured constant; plus ``index_extra_delay_ms``."""
+        cfg = self.ctx.config
+        if not cfg.index_delay_measured:
+            return cfg.index_delay_ms
+        lag = median_lag_ms() if median else sample_lag_ms(self.ctx.rng)
+        return lag + cfg.index_extra_delay_ms
 
     def on_cache_events(self, batch: CacheEventBatch) -> None:
         """The worker's sidecar publishes: the events reach the maintenance units one WAN later."""
@@ -144,7 +156,7 @@ class IndexPath:
         shipment = _Shipment(patches, min(b.at_ms for b in buf))
         for o in range(len(self.views)):
             # Patches of a shard travel one ordered partition: never overtake an earlier batch.
-            at = max(now + cfg.index_delay_ms + net.sample_ms(mu, o), self._index_at[o])
+            at = max(now + self._pipeline_ms() + net.sample_ms(mu, o), self._index_at[o])
             self._index_at[o] = at
             self.ctx.schedule(at, functools.partial(self._apply, o, shipment), priority=2)
 

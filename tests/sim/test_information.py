@@ -17,6 +17,7 @@ from sim import schemes as registry
 from sim.config import SimConfig
 from sim.engine.loads import EngineReports
 from sim.engine.requests import Requests
+from sim.index_lag import MEASURED_LAG_MS
 from sim.runner import Run
 from sim.schemes.base import (
     InformationError,
@@ -277,7 +278,7 @@ def test_kvcompass_feedback__at_the_first_token_at_each_edge_on_its_way() -> Non
 def test_kvcompass_patches__reach_each_edge_after_window_pipeline_and_both_wan_legs(
     mu: str, mu_index: int
 ) -> None:
-    cfg = SimConfig(seed=1, maintenance_region=mu)
+    cfg = SimConfig(seed=1, maintenance_region=mu, index_delay_measured=False)
     # The first request (from b, served in b) emits; the second only keeps the run going.
     run = _run("kvcompass", cfg, n=2, gap_ms=2000.0)
     scheme = run.scheme
@@ -297,3 +298,28 @@ def test_kvcompass_patches__reach_each_edge_after_window_pipeline_and_both_wan_l
     one_way = run.cost.wan_one_way_ms  # diagonal: the in-region hop
     at_mu = emitted + one_way[1, mu_index] + cfg.index_batch_ms + cfg.index_delay_ms
     assert applied == pytest.approx({o: at_mu + one_way[mu_index, o] for o in range(3)})
+
+
+def test_kvcompass_patches__measured_pipeline_delay_drawn_per_region() -> None:
+    """With the measured lag (the default), each view gets the window after the window, the
+    WAN legs and a pipeline delay drawn from ``sim.index_lag`` (never below its minimum)."""
+    cfg = SimConfig(seed=1)
+    run = _run("kvcompass", cfg, n=2, gap_ms=2000.0)
+    scheme = run.scheme
+    assert isinstance(scheme, KVCompass)
+    applied: dict[int, float] = {}
+    apply = scheme.path._apply
+
+    def spy(region: int, patches: Any, at_ms: float) -> None:
+        applied.setdefault(region, at_ms)
+        apply(region, patches, at_ms)
+
+    scheme.path._apply = spy  # type: ignore[method-assign, assignment]
+    res = run.run()
+    emitted = float(res.record.arrive_worker_ms[0] + res.record.service_ms[0])
+    one_way = run.cost.wan_one_way_ms
+    lo, hi = MEASURED_LAG_MS[0][1], MEASURED_LAG_MS[-1][1]
+    for o in range(3):
+        base = emitted + one_way[1, 0] + cfg.index_batch_ms + one_way[0, o]
+        assert base + lo - 1e-6 <= applied[o] <= base + hi + 1e-6
+    assert len({round(applied[o] - one_way[0, o], 6) for o in range(3)}) > 1  # drawn per region
