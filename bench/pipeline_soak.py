@@ -2,7 +2,8 @@
 
 One ``kvcompass pipeline worker`` subprocess on fresh topics (local broker of
 ``KAFKA_BOOTSTRAP_SERVERS``, else one started here); this process produces sidecar-shaped events
-(``bench.pipeline_load.make_events``, cycled with fresh keys) at ``--rate`` for ``--minutes``
+(``Workload``: fresh Mixed-sized prompts, each worker evicting its oldest past
+``--cache-prompts``, so the index's live set is bounded) at ``--rate`` for ``--minutes``
 and follows ``index-patches`` with a view (the edge's follower). Every ``--every`` seconds it
 samples: resident memory of the worker, of this process (the sidecar's producer and the edge's
 view) and of the broker; the rechunk group's lag on ``kv-events`` and the maintenance group's on
@@ -35,17 +36,70 @@ import numpy as np  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from bench.pipeline_load import DEP_NAME, broker_pid, make_events  # noqa: E402
+from bench.pipeline_load import DEP_NAME, broker_pid, event  # noqa: E402
 from kvcompass.deployment import builtin_deployment  # noqa: E402
 from kvcompass.lag import LagHistogram  # noqa: E402
 from kvcompass.layout import TableLayout  # noqa: E402
 from kvcompass.levels import Levels  # noqa: E402
 from pipeline.rechunk_consumer import rechunk_group  # noqa: E402
+from wire.codec import int32_key  # noqa: E402
 from wire.config import PipelineConfig  # noqa: E402
 from wire.kafka_clients import librdkafka_conf  # noqa: E402
 from wire.patch_follower import follow  # noqa: E402
 from wire.producer import LINGER_MS  # noqa: E402
 from wire.topics import ensure_topics  # noqa: E402
+
+
+class Workload:
+    """Sidecar-shaped events forever, with bounded caches: every worker stores fresh Mixed-sized
+    prompts (``bench.pipeline_load``'s shape) and, once it holds ``cache_prompts`` of them,
+    evicts its oldest with each store (a ``REMOVED`` of that prompt's keys), so the index's live
+    set stays bounded and flat memory is the expectation. ``engine_seq`` grows per worker."""
+
+    def __init__(self, cache_prompts: int, seed: int) -> None:
+        from collections import deque
+
+        from sim.workloads.mixed import make_mixed
+        from wire.codec import AvroCodec
+        from wire.registry import InProcessRegistry
+
+        dep = builtin_deployment(DEP_NAME)
+        self.region = np.asarray(dep.worker_region)
+        self.levels = Levels.from_deployment(dep)
+        self.n_workers = int(self.region.size)
+        self.rng = np.random.default_rng(seed)
+        self.prompts = make_mixed(50_000, 100.0, len(dep.regions), None, self.rng).prompt_len
+        self.codec = AvroCodec(InProcessRegistry())
+        self.cap = cache_prompts
+        self.held: list[Any] = [deque() for _ in range(self.n_workers)]
+        self.seq = [0] * self.n_workers
+        self.i = 0
+        self._pending: list[tuple[bytes, bytes]] = []
+
+    def next(self) -> tuple[bytes, bytes]:
+        if self._pending:
+            return self._pending.pop()
+        w = int(self.rng.integers(0, self.n_workers))
+        lengths = self.levels.registration_lengths(int(self.region[w]))
+        lengths = lengths[lengths <= int(self.prompts[self.i % self.prompts.size])]
+        self.i += 1
+        keys = self.rng.integers(1, 2**62, lengths.size, dtype=np.int64)
+        out = [self._record(w, keys, lengths.tolist(), "STORED", "VRAM")]
+        self.held[w].append((keys, lengths.tolist()))
+        if len(self.held[w]) > self.cap:
+            old_keys, old_lengths = self.held[w].popleft()
+            out.append(self._record(w, old_keys, old_lengths, "REMOVED", "NONE"))
+        first, *rest = out
+        self._pending.extend(reversed(rest))
+        return first
+
+    def _record(
+        self, w: int, keys: Any, lengths: list[int], op: str, tier: str
+    ) -> tuple[bytes, bytes]:
+        self.seq[w] += 1
+        ev = event(w, int(self.region[w]), keys, lengths, self.seq[w])
+        ev.update(op=op, tier=tier)
+        return self.codec.encode("KvEvent", ev), int32_key(w)
 
 
 def rss_mb(pid: int | None) -> float:
@@ -99,6 +153,8 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--every", type=float, default=10.0)
+    ap.add_argument("--cache-prompts", type=int, default=500,
+                    help="prompts a worker holds; a store past it evicts the oldest")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("bench/figures/pipeline_soak"))
     args = ap.parse_args()
     if args.minutes > 10:
@@ -126,7 +182,7 @@ def main() -> int:
     layout = TableLayout.for_regions([r.n_workers for r in dep.regions])
     sync = follow(cfg, layout, Levels.from_deployment(dep).matrix, None)
     prod = Producer(librdkafka_conf(cfg, {"enable.idempotence": True, "linger.ms": LINGER_MS}))
-    events = make_events(min(int(args.rate * 60), 200_000), 11)
+    source = Workload(args.cache_prompts, seed=11)
     app = f"{cfg.topic_prefix}kvcompass-pipeline"
     samples: list[dict[str, Any]] = []
     bpid = broker_pid()
@@ -137,7 +193,7 @@ def main() -> int:
         while time.perf_counter() - start < args.minutes * 60:
             due = int((time.perf_counter() - start) * args.rate)
             while sent < due:
-                value, key, _, _ = events[sent % len(events)]
+                value, key = source.next()
                 prod.produce(cfg.topics.kv_events, value, key)
                 sent += 1
             prod.poll(0)

@@ -4,7 +4,7 @@ Owns ``Runs`` (one shard's runs as flat arrays: run i is one event's change to o
 field of ``keys[start_i : start_i + count[i]]``, runs in event order) and ``split_take``, which
 turns the planned events of a whole rechunk take (``kvcompass.rechunk.Rechunker.plan``) into one
 ``Runs`` per shard with one stable sort over every key of the take, instead of a split and a few
-Python objects per event. The rechunk agent encodes a ``Runs`` straight into an ``IndexOpBatch``
+Python objects per event. The rechunk stage encodes a ``Runs`` straight into an ``IndexOpBatch``
 record (``wire.index_ops``); the maintenance unit applies one (``MaintenanceUnit.apply_runs``).
 ``batches`` / ``from_batches`` convert to and from the per-run ``OpBatch`` form that recovery,
 replay and the tests use, so both forms go through the same apply.

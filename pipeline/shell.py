@@ -91,7 +91,7 @@ def _now_ms() -> int:
 HOPS = ("kv_events", "rechunk", "index_ops", "maintain", "event_to_patch")
 """The worker's hops, each a ``LagHistogram`` in ms (``kvc_pipeline_hop_ms{hop}``):
 ``kv_events``: a kv-events record's Kafka timestamp (the sidecar produced it) -> its take
-reached the rechunk agent (sidecar linger, broker, Faust's fetch and take wait);
+reached the rechunk consumer (sidecar linger, broker, fetch and take wait);
 ``rechunk``: decode, rechunk, produce and delivery of a take, per event;
 ``index_ops``: an index-ops record's timestamp -> its take reached the maintenance actor;
 ``maintain``: decode, apply, patch encode, produce and delivery of a take, per record;

@@ -57,7 +57,7 @@ def encode_op_batch(shard: int, batches: Sequence[OpBatch]) -> dict[str, Any]:
 MAX_OP_RECORD_BYTES = 512 * 1024
 """Bound of one ``IndexOpBatch`` record's runs + keys + sources: half of Kafka's default
 ``max.message.bytes`` (1 MB), so a take of large valid events never makes a record the broker
-refuses (which would hold the rechunk agent: ``pipeline.progress``)."""
+refuses (which would hold the rechunk stage: ``pipeline.progress``)."""
 _SOURCE_BYTES = 64
 """An ``EventRef`` on the wire: five varints and the topic name (bounded by Kafka's 249)."""
 

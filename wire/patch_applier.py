@@ -15,6 +15,7 @@ Must not: write to Kafka, or hold index logic (``kvcompass.index_view`` does).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvcompass.errors import InvalidInputError
 from kvcompass.index_view import IndexView, Offer
 from kvcompass.lag import LagHistogram
 from kvcompass.ludo import LudoView, PatchKind
@@ -29,6 +31,8 @@ from kvcompass.patch_stream import PatchRecord, Reassembler
 from wire.codec import AvroCodec, DecodeError
 from wire.patches import decode_value
 from wire.view_files import ViewStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,6 +63,8 @@ class PatchApplier:
         self._buffer: dict[int, list[tuple[int, PatchRecord]]] = {}
         self._bad_records = 0
         self._times: dict[int, tuple[int, int]] = {}
+        self.refused: list[tuple[int, int, str]] = []
+        """The latest records skipped as inapplicable: (partition, offset, why)."""
         self.marks = np.full(view.n_shards, -np.inf)
         """Per shard, this view reflects every event produced up to then (ms, the sidecars'
         clock): the newest ``source_produced_ms`` applied (each batch's oldest source event).
@@ -102,8 +108,11 @@ class PatchApplier:
             )
             return rec, int(r["timestamp_ms"]), int(r.get("source_produced_ms", -1))
 
-    def feed(self, partition: int, offset: int, value: bytes | None) -> None:
-        """One record of ``partition`` in offset order (``value`` None: a tombstone)."""
+    def feed(
+        self, partition: int, offset: int, value: bytes | None, key: bytes | None = None
+    ) -> None:
+        """One record of ``partition`` in offset order (``value`` None: a tombstone; ``key``:
+        named when the record is refused)."""
         self.next_offset[partition] = offset + 1
         self.stats.records += 1
         if value is None:
@@ -114,6 +123,14 @@ class PatchApplier:
         except DecodeError:
             self._bad_records += 1
             self.stats.undecodable = self._bad_records + self.reassembler.undecodable
+            return
+        n_tables = self.view.layout.n_tables
+        if not 0 <= rec.table < n_tables or rec.shard != partition:
+            # a record no view of this layout can hold (forged, or another deployment's): one
+            # such record in the compacted topic must not stop any edge from bootstrapping
+            self._refuse(partition, offset, f"table {rec.table} (view has 0..{n_tables - 1}) "
+                         f"or shard {rec.shard} on partition {partition}; key "
+                         f"{(key or b'').hex() or '?'}")  # fmt: skip
             return
         buf = self._buffer.setdefault(partition, [])
         if buf:
@@ -133,16 +150,35 @@ class PatchApplier:
             if buf and not any(r.kind == PatchKind.HEADER for _, r in buf):
                 self._apply(p)
 
+    def _refuse(self, partition: int, offset: int, why: str) -> None:
+        """Skip a record the view cannot apply, counted and said once per record (its key can
+        be tombstoned: ``pipeline/README.md``, "A patch no view can apply")."""
+        self._bad_records += 1
+        self.stats.undecodable = self._bad_records + self.reassembler.undecodable
+        self.refused.append((partition, offset, why))
+        del self.refused[:-16]
+        log.warning("index-patches[%d]@%d skipped: %s", partition, offset, why)
+
     def _apply(self, partition: int) -> None:
         recs = self._buffer.pop(partition, [])
         made_ms, produced_ms = self._times.pop(partition, (-1, -1))
         out = []
-        for _, r in recs:
-            out.extend(self.reassembler.feed(r))
-        out.extend(self.reassembler.flush())
+        for offset, r in recs:
+            try:
+                out.extend(self.reassembler.feed(r))
+            except (InvalidInputError, ValueError, IndexError) as exc:
+                self._refuse(partition, offset, f"not a piece of any view: {exc}")
+        try:
+            out.extend(self.reassembler.flush())
+        except (InvalidInputError, ValueError, IndexError) as exc:
+            self._refuse(partition, recs[-1][0] if recs else -1, f"batch not applicable: {exc}")
         self.stats.undecodable = self._bad_records + self.reassembler.undecodable
         for sp in out:
-            decision = self.view.apply(sp)
+            try:
+                decision = self.view.apply(sp)
+            except (InvalidInputError, ValueError, IndexError) as exc:
+                self._refuse(partition, recs[-1][0] if recs else -1, f"patch refused: {exc}")
+                continue
             if decision is Offer.APPLY:
                 now = self.clock_ms()
                 if produced_ms >= 0:

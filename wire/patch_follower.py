@@ -164,7 +164,7 @@ class PatchFollower:
                 if err.code() != KafkaError._PARTITION_EOF:
                     self.hooks.consumer_error("patch-consumer")
                 continue
-            self.applier.feed(m.partition(), m.offset(), m.value())
+            self.applier.feed(m.partition(), m.offset(), m.value(), m.key())
             n += 1
         if not full:
             self.applier.idle()

@@ -142,7 +142,7 @@ class RankBridge:
         # Keys only: the pipeline reads registration_keys and nothing else of a keyed event.
         # The prefix's token ids (4 bytes per token) and the page hashes (one Avro long per
         # page) made a 3,840-token event 17 KB and cost ~75 us of Avro decode per event in the
-        # rechunk agent, more than its whole per-event budget (pipeline/README.md, "Throughput").
+        # rechunk stage, more than its whole per-event budget (pipeline/README.md, "Throughput").
         rec.update(
             tier=ch.tier.name,
             token_count=last.end,

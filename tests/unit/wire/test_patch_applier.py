@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from tests.kv_event_fixtures import LAYOUT, LEVELS
 from tests.unit.kvcompass.test_maintenance import _batches
 from wire.codec import AvroCodec
 from wire.patch_applier import PatchApplier
-from wire.patches import encode_records
+from wire.patches import decode_value, encode_records
 from wire.registry import InProcessRegistry
 from wire.view_files import ViewStore
 
@@ -118,3 +119,28 @@ def test_undecodable_records_are_counted_and_skipped__garbage_between_batches() 
     app.idle()
     _assert_matches(app, units)
     assert app.stats.undecodable == len(range(0, len(log), 97))
+
+
+def test_a_patch_no_view_can_hold_is_skipped__bootstrap_goes_on() -> None:
+    """Issue 35 item 3: a valid IndexPatch record for table 99 (outside the layout), or on the
+    wrong partition, in the compacted topic made every fresh edge die at bootstrap. Now it is
+    skipped, counted and named, and everything around it is applied."""
+    units, log = _log(3)
+    s0 = [i for i, r in enumerate(log) if r[0] == 0]
+    rec = next(r for r in log if r[0] == 0 and r[2] is not None)
+    d = decode_value(SID, rec[2] or b"").record
+    forged = [
+        (0, rec[1], encode_records(SID, [dataclasses.replace(d, table=99)], 0, 1)[0][1]),
+        (
+            0,
+            rec[1],
+            encode_records(SID, [dataclasses.replace(d, shard=1)], 0, 1)[0][1],
+        ),  # shard 1 on p0
+    ]
+    poisoned = log[: s0[5]] + forged + log[s0[5] :]
+    app = _applier()
+    _feed(app, poisoned)  # never raises
+    _assert_matches(app, units)
+    assert len(app.refused) == 2 and all(p == 0 for p, _, _ in app.refused)
+    assert "table 99" in app.refused[0][2]
+    assert app.stats.undecodable >= 2
