@@ -96,7 +96,7 @@ class Delivery:
             self.producer.produce(topic, value, key, partition)
             self.produced[(topic, partition)] += 1
 
-    def produce_batch(
+    def produce_partition(
         self, topic: str, partition: int, keys: list[bytes], values: list[bytes | None]
     ) -> None:
         """``produce`` of many records to one partition, counted once (one lock, not one per

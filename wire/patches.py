@@ -278,7 +278,8 @@ class PatchSink:
         """Images of ``patches`` in order, then a tombstone per retired key; ``produced_ms``:
         the oldest source event's Kafka timestamp (-1: not from events)."""
         produce = self.producer.produce
-        batch = getattr(self.producer, "produce_batch", None)  # pipeline.delivery's: one count
+        # pipeline.delivery's (one count per batch); not confluent-kafka's own produce_batch
+        batch = getattr(self.producer, "produce_partition", None)
         topic = self.topic
         for p in patches:
             keys, values = encode_patch(self.schema_id, p, source_offset, timestamp_ms, produced_ms)
