@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any, Protocol
 
 from confluent_kafka import (
@@ -89,18 +90,20 @@ class RechunkConsumer:
         self.consumer = consumer or Consumer(consumer_conf(config, group_id))
         self.errors = 0
         self.takes = 0
+        self._using = threading.Lock()
+        """Held by a take (in its thread) and by ``_close``: a task cancelled while its take is
+        still in ``consume`` closes the consumer only once that call returned."""
 
     def _take(self) -> list[Any]:
         """Up to ``take_max`` records: wait at most ``take_within_s`` for the first, then take
         what has been fetched already without waiting. At a low rate an event goes on at once
         (a fixed window would hold every one for it); at a high rate the records that arrived
         while the last take was processed make the batch."""
-        first = self.consumer.consume(1, self.take_within_s)
-        if not first:
-            return []
-        return (
-            [*first, *self.consumer.consume(self.take_max - 1, 0)] if self.take_max > 1 else first
-        )
+        with self._using:
+            first = self.consumer.consume(1, self.take_within_s)
+            if not first or self.take_max == 1:
+                return list(first)
+            return [*first, *self.consumer.consume(self.take_max - 1, 0)]
 
     async def run(self) -> None:
         """Until the shell stops (or the task is cancelled): take, hand over, commit."""
@@ -148,6 +151,7 @@ class RechunkConsumer:
 
     def _close(self) -> None:
         try:
-            self.consumer.close()  # leaves the group: the partitions move at once
+            with self._using:  # a take cut short by cancellation ends within take_within_s
+                self.consumer.close()  # leaves the group: the partitions move at once
         except (KafkaException, RuntimeError) as exc:
             log.warning("kv-events consumer: close: %s", exc)
