@@ -145,7 +145,8 @@ def wait_until_ready(
         procs = [p for p in map(lookup, waiting) if p is not None]
         dead = [p for p in procs if not p.alive()]
         if dead:
-            names = ", ".join(p.name for p in dead)
+            check_alive()  # the owner's own report (exit code, log path) for one that died
+            names = ", ".join(p.name for p in dead)  # just now, between the two checks
             raise ClusterError(f"{names} exited before it was ready\n{_tails(dead)}")
         quiet = {p.name: progress.silent_for(p) for p in procs}
         for group in together:  # a set moves as fast as its busiest member
